@@ -1,0 +1,3 @@
+from gemvbw.cli import main
+
+main()

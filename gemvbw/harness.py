@@ -1,0 +1,157 @@
+"""Timing: cache conditioning, the timed loop, groups, best-of-N.
+
+Only the kernel call sits between the two ``perf_counter_ns`` reads; the cache
+flush, compilation, packing and verification all happen outside them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+from gemvbw import metrics
+from gemvbw.kernels._common import empty_parallel_call
+
+LINE_BYTES = 64
+
+
+@njit(cache=True)
+def _strided_read(buf, stride):
+    # one byte per cache line: enough to bring every line in, evicting what was there
+    s = np.uint64(0)
+    for i in range(0, buf.shape[0], stride):
+        s += buf[i]
+    return s
+
+
+class CacheFlusher:
+    """An untimed strided read of ``flush_mib`` MiB before each timed call (0 = warm cache).
+
+    It conditions the caches; it cannot guarantee that the weights then come
+    from DRAM (a cache may keep lines by a policy other than LRU).
+    """
+
+    def __init__(self, flush_mib: int):
+        self.flush_mib = flush_mib
+        # ones, not zeros: the pages must really be mapped, not the shared zero page
+        self._buf = np.ones(flush_mib << 20, dtype=np.uint8) if flush_mib else None
+        self.sink = 0
+        if self._buf is not None:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf is not None:
+            self.sink += int(_strided_read(self._buf, LINE_BYTES))
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group of timed iterations: its latencies and their mean and sample SD."""
+
+    latencies_ns: tuple[int, ...]
+
+    @property
+    def iters(self) -> int:
+        return len(self.latencies_ns)
+
+    @property
+    def mean_us(self) -> float:
+        return metrics.mean(self.latencies_ns) / 1e3
+
+    @property
+    def sd_us(self) -> float:
+        return metrics.sample_sd(self.latencies_ns) / 1e3
+
+
+@dataclass(frozen=True)
+class Measurement:
+    groups: tuple[Group, ...]
+
+    @property
+    def all_ns(self) -> list[int]:
+        return [t for g in self.groups for t in g.latencies_ns]
+
+    @property
+    def best_avg_us(self) -> float:
+        """The lowest group mean: MNN's best-of-N latency."""
+        return min(g.mean_us for g in self.groups)
+
+    @property
+    def overall_mean_us(self) -> float:
+        return metrics.mean(self.all_ns) / 1e3
+
+    @property
+    def overall_sd_us(self) -> float:
+        return metrics.sample_sd(self.all_ns) / 1e3
+
+    @property
+    def median_us(self) -> float:
+        return metrics.median(self.all_ns) / 1e3
+
+    @property
+    def cv(self) -> float:
+        return metrics.cv(self.all_ns)
+
+
+def time_groups(
+    call: Callable[[], None],
+    iters: int,
+    reps: int,
+    flusher: CacheFlusher,
+    on_group: Callable[[int, Group], None] | None = None,
+) -> Measurement:
+    """``reps`` groups of ``iters`` timed calls, each after a cache flush."""
+    call()  # one warm-up call outside the timing (compilation is done by then)
+    clock = time.perf_counter_ns
+    groups = []
+    for g in range(reps):
+        lat = []
+        for _ in range(iters):
+            flusher.flush()
+            t0 = clock()
+            call()
+            t1 = clock()
+            lat.append(t1 - t0)
+        group = Group(tuple(lat))
+        groups.append(group)
+        if on_group is not None:
+            on_group(g, group)
+    return Measurement(tuple(groups))
+
+
+@dataclass(frozen=True)
+class CallOverhead:
+    """The fixed cost of one parallel call, measured as the median of warm empty calls."""
+
+    median_us: float
+    min_us: float
+    timer_resolution_ns: float
+
+
+def measure_call_overhead(threads: int, calls: int = 2000) -> CallOverhead:
+    out = np.zeros(max(threads, 1), dtype=np.int64)
+    empty_parallel_call(out)
+    clock = time.perf_counter_ns
+    lat = []
+    for _ in range(calls):
+        t0 = clock()
+        empty_parallel_call(out)
+        lat.append(clock() - t0)
+    return CallOverhead(metrics.median(lat) / 1e3, min(lat) / 1e3, timer_resolution_ns())
+
+
+def timer_resolution_ns(samples: int = 1000) -> float:
+    """The smallest non-zero step perf_counter_ns shows (the documented resolution is often 1 ns)."""
+    clock = time.perf_counter_ns
+    best = None
+    for _ in range(samples):
+        t0 = clock()
+        t1 = clock()
+        while t1 == t0:
+            t1 = clock()
+        best = t1 - t0 if best is None else min(best, t1 - t0)
+    return float(best)

@@ -1,0 +1,100 @@
+"""The GEMV kernels and their registry, keyed by (bits, act, variant).
+
+Every variant is a plain numba function over the packed arrays of a
+:class:`~gemvbw.quant.QuantizedMatrix`; ``bind`` turns a matrix into a
+``run(x, y)`` callable that the harness times. The ``ref`` variant of each
+width is the simple loop: the baseline other variants are measured against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gemvbw.kernels.w2 import gemv_w2_ref
+from gemvbw.kernels.w3 import gemv_w3_ref
+from gemvbw.kernels.w4 import gemv_w4_ref
+from gemvbw.kernels.w8 import gemv_w8_ref
+from gemvbw.quant import QuantizedMatrix
+
+Runner = Callable[[np.ndarray, np.ndarray], None]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    bits: int
+    act: str
+    variant: str
+    description: str
+    bind: Callable[[QuantizedMatrix], Runner]
+    # preference for --kernel auto when no calibration says otherwise: higher wins
+    priority: int = 0
+    # accepted max_rel_err against the float64 reference (see gemvbw.verify)
+    tolerance: float = 1e-4
+
+    @property
+    def name(self) -> str:
+        return self.variant
+
+
+_REGISTRY: dict[tuple[int, str, str], KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    _REGISTRY[(spec.bits, spec.act, spec.variant)] = spec
+    return spec
+
+
+def unregister(bits: int, act: str, variant: str) -> None:
+    _REGISTRY.pop((bits, act, variant), None)
+
+
+def variants(bits: int, act: str = "f32") -> list[KernelSpec]:
+    """Every registered variant for a width, best first by priority."""
+    found = [s for (b, a, _), s in _REGISTRY.items() if b == bits and a == act]
+    return sorted(found, key=lambda s: (-s.priority, s.variant))
+
+
+def variant_names(act: str = "f32") -> list[str]:
+    return sorted({v for (_, a, v) in _REGISTRY if a == act})
+
+
+def get(bits: int, act: str = "f32", variant: str = "auto") -> KernelSpec:
+    """The kernel for a width; 'auto' is the preferred one for this machine."""
+    if variant == "auto":
+        found = variants(bits, act)
+        if not found:
+            raise KeyError(f"no kernel for w{bits} act={act}")
+        return found[0]
+    try:
+        return _REGISTRY[(bits, act, variant)]
+    except KeyError:
+        raise KeyError(f"no kernel variant {variant!r} for w{bits} act={act}") from None
+
+
+def _binder(fn) -> Callable[[QuantizedMatrix], Runner]:
+    def bind(qm: QuantizedMatrix) -> Runner:
+        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+
+        def run(x: np.ndarray, y: np.ndarray) -> None:
+            fn(codes, scale, offset, x, block, y)
+
+        return run
+
+    return bind
+
+
+for _bits, _fn in ((8, gemv_w8_ref), (4, gemv_w4_ref), (3, gemv_w3_ref), (2, gemv_w2_ref)):
+    register(KernelSpec(_bits, "f32", "ref", (_fn.__doc__ or "").strip(), _binder(_fn)))
+
+
+def gemv(qm: QuantizedMatrix, x: np.ndarray, variant: str = "auto") -> np.ndarray:
+    """y = W x for a packed matrix and a float32 activation vector of length K."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.shape != (qm.K,):
+        raise ValueError(f"x must have shape ({qm.K},), got {x.shape}")
+    y = np.empty(qm.M, dtype=np.float32)
+    get(qm.bits, "f32", variant).bind(qm)(x, y)
+    return y

@@ -1,0 +1,70 @@
+"""Helpers shared by the kernels: metadata loads and per-call activation sums.
+
+numba cannot load float16 arrays on the CPU, so float16 metadata arrives as its
+raw uint16 bits and is converted here, in registers: the kernel reads exactly
+the bytes gemvbw counts. float32 metadata (meta_bytes=4) is loaded as is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import overload
+
+# 2**(max(e, 1) - 25) for each float16 exponent field e: value = mantissa * this
+_HALF_POW2 = np.array([2.0 ** (max(e, 1) - 25) for e in range(32)], dtype=np.float32)
+
+# Reassociation lets LLVM vectorize float reductions and contraction lets it use
+# FMA; NaN/inf semantics are kept (no nnan/ninf) so a broken kernel shows NaN
+# rather than being optimised into a plausible number.
+FASTMATH = {"reassoc", "contract", "nsz"}
+
+
+@njit(cache=True)
+def half_to_f32(h):
+    bits = np.int32(h)
+    e = (bits >> 10) & 31
+    m = bits & 1023
+    if e != 0:
+        m += 1024
+    v = np.float32(m) * _HALF_POW2[e]
+    if e == 31:
+        v = np.float32(np.inf) if m == 1024 else np.float32(np.nan)
+    if bits & 0x8000:
+        v = -v
+    return v
+
+
+def load_meta(a, r, b):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(load_meta)
+def _load_meta_impl(a, r, b):
+    if a.dtype == types.uint16:
+        def impl(a, r, b):
+            return half_to_f32(a[r, b])
+    else:
+        def impl(a, r, b):
+            return np.float32(a[r, b])
+    return impl
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def block_sums(x, block, nblocks):
+    """Sum of x over each block: the offset term is offset[r, b] * sum(x in block b)."""
+    out = np.empty(nblocks, dtype=np.float32)
+    K = x.shape[0]
+    for b in range(nblocks):
+        s = np.float32(0.0)
+        for k in range(b * block, min(b * block + block, K)):
+            s += x[k]
+        out[b] = s
+    return out
+
+
+@njit(parallel=True, cache=True)
+def empty_parallel_call(out):
+    """The fixed cost of one parallel kernel call: fork, trivial work, join."""
+    for i in prange(out.shape[0]):
+        out[i] = i

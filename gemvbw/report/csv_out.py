@@ -1,0 +1,49 @@
+"""CSV: one row per kernel (failures included, with empty figures)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import TextIO
+
+from gemvbw.results import SweepRecord
+
+COLUMNS = [
+    "type", "variant", "bits", "M", "K", "block", "threads", "act", "meta_bytes",
+    "best_avg_us", "overall_mean_us", "overall_sd_us", "median_us", "cv",
+    "logical_bytes", "stored_bytes", "bytes_per_elem", "eff_gbps", "pct_peak", "pct_read",
+    "gflops", "ai", "memcpy_gbps", "read_gbps", "verified", "max_rel_err", "notes", "error",
+]
+
+
+def csv_text(record: SweepRecord) -> str:
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    rf = record.roofline
+    for r in record.results:
+        d = r.to_dict()
+        row = {k: d.get(k, "") for k in COLUMNS}
+        row.update(type=r.type, memcpy_gbps=rf.memcpy.gbps, read_gbps=rf.read.gbps, verified="true",
+                   notes=";".join(n.code for n in r.notes), error="")
+        w.writerow(row)
+    for f in record.failures:
+        w.writerow({"type": f.type, "variant": f.variant, "bits": f.bits, "M": f.M, "K": f.K,
+                    "verified": "false", "max_rel_err": "" if f.max_rel_err is None else f.max_rel_err,
+                    "error": f.message})
+    return out.getvalue()
+
+
+class CsvReporter:
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def start(self, record, total_groups): pass
+    def roofline(self, record): pass
+    def group_done(self, label, index, group): pass
+    def result(self, record, result): pass
+    def failure(self, record, failure): pass
+
+    def finish(self, record: SweepRecord) -> None:
+        self.stream.write(csv_text(record))
+        self.stream.flush()

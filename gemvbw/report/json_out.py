@@ -1,0 +1,27 @@
+"""JSON (schema gemvbw.sweep/1): the whole record, printed when the run ends."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from gemvbw.results import SweepRecord
+
+
+def json_text(record: SweepRecord) -> str:
+    return json.dumps(record.to_dict(), indent=2) + "\n"
+
+
+class JsonReporter:
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def start(self, record, total_groups): pass
+    def roofline(self, record): pass
+    def group_done(self, label, index, group): pass
+    def result(self, record, result): pass
+    def failure(self, record, failure): pass
+
+    def finish(self, record: SweepRecord) -> None:
+        self.stream.write(json_text(record))
+        self.stream.flush()

@@ -1,0 +1,102 @@
+"""Rich tables on a terminal, with a progress bar while the run goes on."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gemvbw.report.text import EXPLANATIONS, META_NAMES, header_lines, label, note_lines, overhead_line
+from gemvbw.results import KernelFailure, KernelResult, SweepRecord
+
+
+def read_bar(pct: float, width: int = 5) -> str:
+    filled = max(0, min(width, round(pct / 100 * width)))
+    return "█" * filled + "·" * (width - filled)
+
+
+class RichReporter:
+    def __init__(self, stream: TextIO):
+        self.console = Console(file=stream)
+        self.progress: Progress | None = None
+        self.task = None
+
+    def start(self, record: SweepRecord, total_groups: int) -> None:
+        s = record.settings
+        self.console.rule(f"gemvbw sweep  W({s['M']}x{s['K']})  block {s['block']}  "
+                          f"meta {META_NAMES[s['meta_bytes']]}  bits {','.join(map(str, s['bits']))}")
+        for line in header_lines(record):
+            self.console.print(line, highlight=False)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+            TimeElapsedColumn(), console=self.console, transient=True,
+        )
+        self.task = self.progress.add_task("rooflines", total=total_groups)
+        self.progress.start()
+
+    def roofline(self, record: SweepRecord) -> None:
+        rf = record.roofline
+        self.console.print(
+            f"memcpy roofline [bold]{rf.memcpy.gbps:.1f} GB/s[/] ({rf.memcpy.buffer_bytes >> 20} MiB, read+write counted) · "
+            f"read roofline [bold]{rf.read.gbps:.1f} GB/s[/] ({rf.read.buffer_bytes >> 20} MiB) @ {rf.threads} threads"
+        )
+        self.console.print(overhead_line(record), highlight=False)
+
+    def group_done(self, name: str, index: int, group) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=f"{name} group {index + 1}: {group.mean_us:.0f} us")
+
+    def result(self, record: SweepRecord, r: KernelResult) -> None:
+        self.console.print(f"[green]✓[/] {label(r, record)}: {r.eff_gbps:.2f} GB/s, {r.pct_read:.0f}% of read "
+                           f"(verified, max rel err {r.max_rel_err:.1e})")
+
+    def failure(self, record: SweepRecord, f: KernelFailure) -> None:
+        self.console.print(f"[bold red]✗ {label(f, record)} ({f.variant}): {f.message}[/]", highlight=False)
+
+    def finish(self, record: SweepRecord) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        if record.results or record.failures:
+            self.console.print(self._figures(record))
+        if record.results:
+            self.console.print(self._statistics(record))
+        if record.interrupted:
+            self.console.print(f"[bold yellow]Interrupted by {record.interrupted}[/]: the table holds the kernels "
+                               "that finished; the rest were not measured.")
+        for line in EXPLANATIONS + note_lines(record):
+            self.console.print(f"• {line}", highlight=False)
+
+    @staticmethod
+    def _figures(record: SweepRecord) -> Table:
+        table = Table(title="GEMV: eff GB/s against the rooflines", title_justify="left",
+                      box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
+                      pad_edge=False)
+        for col in ("type", "thr", "us/iter", "W MiB", "B/elem", "eff GB/s", "%peak", "%read", "GFLOPS", "AI"):
+            table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
+        for r in record.results:
+            flag = " [yellow]![/]" if r.notes else ""
+            table.add_row(label(r, record) + flag, str(r.threads), f"{r.best_avg_us:.1f}", f"{r.w_mib:.1f}",
+                          f"{r.bytes_per_elem:.4f}", f"{r.eff_gbps:.2f}", f"{r.pct_peak:.1f}",
+                          f"{r.pct_read:.1f} {read_bar(r.pct_read)}", f"{r.gflops:.2f}", f"{r.ai:.2f}")
+        for f in record.failures:
+            table.add_row(f"[red]{label(f, record)}[/]", "", "[red]failed[/]", "", "", "", "", "", "", "")
+        return table
+
+    @staticmethod
+    def _statistics(record: SweepRecord) -> Table:
+        table = Table(title="Statistics (us; groups: mean ± sample SD)", title_justify="left",
+                      box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
+                      pad_edge=False)
+        for col in ("type", "variant", "best", "mean", "sd", "median", "cv %", "rel err", "groups"):
+            table.add_column(col, justify="left" if col in ("type", "variant", "groups") else "right")
+        for r in record.results:
+            m = r.measurement
+            groups = ", ".join(f"{g.mean_us:.0f}±{g.sd_us:.0f}" for g in m.groups)
+            table.add_row(label(r, record), r.variant, f"{r.best_avg_us:.1f}", f"{m.overall_mean_us:.1f}",
+                          f"{m.overall_sd_us:.1f}", f"{m.median_us:.1f}", f"{100 * m.cv:.1f}",
+                          f"{r.max_rel_err:.1e}", groups)
+        return table

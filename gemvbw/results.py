@@ -1,0 +1,238 @@
+"""Results: small immutable objects and their versioned JSON form (schema gemvbw.sweep/1).
+
+Every reported figure is computed here from a measurement through the
+formulas in :mod:`gemvbw.metrics`; renderers only format these objects.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from dataclasses import dataclass, field
+
+from gemvbw import __version__, metrics
+from gemvbw.harness import CallOverhead, Measurement
+from gemvbw.roofline import Roofline
+
+SCHEMA = "gemvbw.sweep/1"
+
+# A row is read as mostly call overhead when its latency is below this many empty calls.
+OVERHEAD_FACTOR = 20
+# A figure this far above the read roofline is not a DRAM figure.
+ABOVE_READ_FACTOR = 1.10
+
+
+@dataclass(frozen=True)
+class Note:
+    """A warning with its advice; ``code`` is stable for scripts."""
+
+    code: str
+    message: str
+    advice: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "advice": self.advice}
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    bits: int
+    M: int
+    K: int
+    block: int
+    meta_bytes: int
+    threads: int
+    act: str
+    variant: str
+    measurement: Measurement
+    logical_bytes: int
+    stored_bytes: int
+    max_rel_err: float
+    roofline: Roofline
+    notes: tuple[Note, ...] = ()
+
+    verified = True  # a result exists only for a kernel that passed verification
+
+    @property
+    def best_avg_us(self) -> float:
+        return self.measurement.best_avg_us
+
+    @property
+    def best_avg_s(self) -> float:
+        return self.best_avg_us / 1e6
+
+    @property
+    def bytes_per_elem(self) -> float:
+        return metrics.bytes_per_elem(self.logical_bytes, self.M, self.K)
+
+    @property
+    def eff_gbps(self) -> float:
+        return metrics.eff_gbps(self.logical_bytes, self.best_avg_s)
+
+    @property
+    def pct_peak(self) -> float:
+        return metrics.pct_peak(self.eff_gbps, self.roofline.memcpy.gbps)
+
+    @property
+    def pct_read(self) -> float:
+        return metrics.pct_read(self.eff_gbps, self.roofline.read.gbps)
+
+    @property
+    def gflops(self) -> float:
+        return metrics.gflops(self.M, self.K, self.best_avg_s)
+
+    @property
+    def ai(self) -> float:
+        return metrics.ai(self.bytes_per_elem)
+
+    @property
+    def w_mib(self) -> float:
+        return self.logical_bytes / (1 << 20)
+
+    @property
+    def type(self) -> str:
+        return f"w{self.bits}"
+
+    def to_dict(self) -> dict:
+        m = self.measurement
+        return {
+            "bits": self.bits, "M": self.M, "K": self.K, "block": self.block, "threads": self.threads,
+            "act": self.act, "variant": self.variant, "meta_bytes": self.meta_bytes,
+            "best_avg_us": self.best_avg_us, "overall_mean_us": m.overall_mean_us,
+            "overall_sd_us": m.overall_sd_us, "median_us": m.median_us, "cv": m.cv,
+            "groups": [
+                {"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us, "latencies_ns": list(g.latencies_ns)}
+                for g in m.groups
+            ],
+            "logical_bytes": self.logical_bytes, "stored_bytes": self.stored_bytes,
+            "bytes_per_elem": self.bytes_per_elem, "eff_gbps": self.eff_gbps, "pct_peak": self.pct_peak,
+            "pct_read": self.pct_read, "gflops": self.gflops, "ai": self.ai,
+            "verified": True, "max_rel_err": self.max_rel_err,
+            "notes": [n.to_dict() for n in self.notes],
+        }
+
+
+@dataclass(frozen=True)
+class KernelFailure:
+    """A kernel that failed verification (or crashed): reported, never given a figure."""
+
+    bits: int
+    M: int
+    K: int
+    variant: str
+    message: str
+    max_rel_err: float | None = None
+    tolerance: float | None = None
+
+    @property
+    def type(self) -> str:
+        return f"w{self.bits}"
+
+    def to_dict(self) -> dict:
+        return {"bits": self.bits, "M": self.M, "K": self.K, "variant": self.variant, "verified": False,
+                "max_rel_err": self.max_rel_err, "tolerance": self.tolerance, "error": self.message}
+
+
+def result_notes(
+    best_avg_us: float, eff_gbps: float, overhead: CallOverhead, roofline: Roofline,
+    resident_bytes: int, llc_bytes: int | None, flush_mib: int,
+) -> tuple[Note, ...]:
+    """The warnings a single row deserves, each with what to do about it."""
+    notes = []
+    if best_avg_us < OVERHEAD_FACTOR * overhead.median_us:
+        notes.append(Note(
+            "call-overhead",
+            f"latency {best_avg_us:.1f} us is under {OVERHEAD_FACTOR}x the fixed cost of an empty parallel call "
+            f"({overhead.median_us:.1f} us): this row measures call overhead as much as bandwidth",
+            "read it as a latency, not a bandwidth; measure the model's real shapes (larger M or K)",
+        ))
+    if eff_gbps > ABOVE_READ_FACTOR * roofline.read.gbps:
+        cause = ("the weights fit in the last-level cache and stayed there" if llc_bytes and resident_bytes <= llc_bytes
+                 else "cache residency, timer trouble, or a kernel that skips work")
+        notes.append(Note(
+            "above-read-roofline",
+            f"{eff_gbps:.1f} GB/s is more than {ABOVE_READ_FACTOR - 1:.0%} above the read roofline "
+            f"({roofline.read.gbps:.1f} GB/s): not a DRAM figure ({cause})",
+            "use a shape larger than the last-level cache, keep --flush-mib at least twice the LLC",
+        ))
+    if flush_mib == 0 and llc_bytes and resident_bytes <= llc_bytes:
+        notes.append(Note(
+            "warm-cache",
+            f"weights and activations ({resident_bytes / 2**20:.1f} MiB) fit in the last-level cache "
+            f"({llc_bytes / 2**20:.0f} MiB) and the flush is off: a cache figure, not a DRAM one",
+            "drop --flush-mib 0 for cold-cache figures",
+        ))
+    return tuple(notes)
+
+
+def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int) -> list[Note]:
+    """Warnings about the whole run, known before anything is timed."""
+    notes = [Note(
+        "memcpy-counts-both",
+        "memcpy GB/s counts each byte twice (read + write) and includes thread start-up; "
+        "it is MNN's roofline, not the DRAM read peak, so %peak above 100 is possible",
+        "compare with %read, the read-only roofline, for what a GEMV can reach",
+    )]
+    if flush_mib and llc_bytes and (flush_mib << 20) < 2 * llc_bytes:
+        notes.append(Note(
+            "flush-small",
+            f"the cache flush ({flush_mib} MiB) is less than twice the last-level cache ({llc_bytes >> 20} MiB): "
+            "weights may still be cached when timed",
+            f"use --flush-mib {2 * (llc_bytes >> 20)} or more",
+        ))
+    elif flush_mib:
+        notes.append(Note(
+            "flush-not-guaranteed",
+            f"a {flush_mib} MiB strided read before each call conditions the caches; it does not guarantee "
+            "that the weights come from DRAM",
+            "shapes much larger than the last-level cache give the most trustworthy figures",
+        ))
+    if threads < affinity_size:
+        notes.append(Note(
+            "fewer-threads-than-cpus",
+            f"{threads} thread(s) on {affinity_size} allowed CPUs: the scheduler may move threads between cores",
+            "pin the run to as many CPUs as threads (taskset, or --cpus)",
+        ))
+    return notes
+
+
+@dataclass
+class SweepRecord:
+    """Everything a sweep measured so far; complete or, after an interruption, partial."""
+
+    system: dict
+    settings: dict
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    roofline: Roofline | None = None
+    overhead: CallOverhead | None = None
+    results: list[KernelResult] = field(default_factory=list)
+    failures: list[KernelFailure] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    partial: bool = True
+    interrupted: str | None = None
+
+    def to_dict(self) -> dict:
+        rf = self.roofline
+        return {
+            "schema": SCHEMA,
+            "version": __version__,
+            "created": self.created,
+            "command": self.command,
+            "partial": self.partial,
+            "interrupted": self.interrupted,
+            "system": self.system,
+            "settings": self.settings,
+            "roofline": None if rf is None else {
+                "threads": rf.threads,
+                "memcpy_gbps": rf.memcpy.gbps, "memcpy_buffer_bytes": rf.memcpy.buffer_bytes,
+                "memcpy_trials_s": list(rf.memcpy.trials_s),
+                "read_gbps": rf.read.gbps, "read_buffer_bytes": rf.read.buffer_bytes,
+                "read_trials_s": list(rf.read.trials_s),
+            },
+            "call_overhead_us": None if self.overhead is None else self.overhead.median_us,
+            "timer_resolution_ns": None if self.overhead is None else self.overhead.timer_resolution_ns,
+            "results": [r.to_dict() for r in self.results],
+            "failures": [f.to_dict() for f in self.failures],
+            "warnings": [n.to_dict() for n in self.notes],
+        }

@@ -1,0 +1,126 @@
+"""A sweep, start to end: system facts, rooflines, then per width: pack, verify, time.
+
+The record is filled in as measurements arrive and handed to the reporter and
+exporters at once, so an interrupted run still has everything it measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Iterable, Protocol
+
+import numba
+import numpy as np
+
+from gemvbw import kernels, system
+from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
+from gemvbw.quant import random_activations, random_quantized
+from gemvbw.results import KernelFailure, KernelResult, SweepRecord, result_notes, run_notes
+from gemvbw.roofline import measure_roofline
+from gemvbw.settings import Settings
+from gemvbw.verify import reference_gemv, verify
+
+
+class Reporter(Protocol):
+    """What a screen renderer is told during a run (formats only; computes nothing)."""
+
+    def start(self, record: SweepRecord, total_groups: int) -> None: ...
+    def roofline(self, record: SweepRecord) -> None: ...
+    def group_done(self, label: str, index: int, group: Group) -> None: ...
+    def result(self, record: SweepRecord, result: KernelResult) -> None: ...
+    def failure(self, record: SweepRecord, failure: KernelFailure) -> None: ...
+    def finish(self, record: SweepRecord) -> None: ...
+
+
+Exporter = Callable[[SweepRecord], None]
+
+
+def specs_for(bits: int, settings: Settings) -> list[kernels.KernelSpec]:
+    if settings.kernel == "all":
+        return kernels.variants(bits, settings.act)
+    return [kernels.get(bits, settings.act, settings.kernel)]
+
+
+class Sweep:
+    def __init__(self, settings: Settings, reporter: Reporter, exporters: Iterable[Exporter] = ()):
+        self.settings = settings
+        self.reporter = reporter
+        self.exporters = list(exporters)
+        self.record = SweepRecord(system={}, settings=settings.to_dict())
+
+    def _export(self) -> None:
+        for export in self.exporters:
+            export(self.record)
+
+    def run(self) -> SweepRecord:
+        s, rec = self.settings, self.record
+        numba.set_num_threads(s.threads)
+        rec.system = system.describe()
+        llc = rec.system.get("llc_bytes")
+        rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"])))
+        total = sum(len(specs_for(b, s)) for b in s.bits) * s.reps
+        self.reporter.start(rec, total)
+
+        rec.overhead = measure_call_overhead(s.threads)
+        rec.roofline = measure_roofline(s.threads, llc)
+        rec.system.update(system.numba_threading())  # the threading layer is known once a parallel call ran
+        self.reporter.roofline(rec)
+        self._export()
+
+        flusher = CacheFlusher(s.flush_mib)
+        x = random_activations(s.K, s.seed)
+        y = np.empty(s.M, dtype=np.float32)
+        for bits in s.bits:
+            qm = random_quantized(s.M, s.K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
+            reference = reference_gemv(qm, x)
+            for spec in specs_for(bits, s):
+                self._measure(spec, qm, x, y, reference, flusher, llc)
+            del qm, reference
+        rec.partial = False
+        self.reporter.finish(rec)
+        self._export()
+        return rec
+
+    def _measure(self, spec, qm, x, y, reference, flusher, llc) -> None:
+        s, rec = self.settings, self.record
+        try:
+            check = verify(spec, qm, x, reference)
+        except Exception as exc:  # a kernel that cannot run is a failed row, not a crash
+            self._fail(KernelFailure(qm.bits, qm.M, qm.K, spec.variant, f"kernel raised {type(exc).__name__}: {exc}"))
+            return
+        if not check.ok:
+            self._fail(KernelFailure(
+                qm.bits, qm.M, qm.K, spec.variant,
+                f"FAILED verification: max rel err {check.max_rel_err:.2e} > tolerance {check.tolerance:.0e}",
+                check.max_rel_err, check.tolerance,
+            ))
+            return
+        run = spec.bind(qm)
+        label = f"w{qm.bits} {spec.variant}"
+        measurement = time_groups(
+            lambda: run(x, y), s.iters, s.reps, flusher,
+            on_group=lambda i, g: self.reporter.group_done(label, i, g),
+        )
+        result = KernelResult(
+            qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, s.threads, spec.act, spec.variant, measurement,
+            qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline,
+        )
+        resident = qm.nbytes + x.nbytes + y.nbytes
+        notes = result_notes(result.best_avg_us, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib)
+        result = replace(result, notes=notes)
+        rec.results.append(result)
+        self.reporter.result(rec, result)
+        self._export()
+
+    def _fail(self, failure: KernelFailure) -> None:
+        self.record.failures.append(failure)
+        self.reporter.failure(self.record, failure)
+        self._export()
+
+    def interrupted(self, why: str) -> SweepRecord:
+        """Close the record after a signal: what was measured stays, marked partial."""
+        self.record.partial = True
+        self.record.interrupted = why
+        self.reporter.finish(self.record)
+        self._export()
+        return self.record

@@ -1,0 +1,270 @@
+"""One validated Settings object for a sweep.
+
+Precedence: command-line flag > MNN_GEMVBW_* environment variable > default.
+Flags and variables go through the same parsers, so a bad value gets the same
+kind of message wherever it came from: the flag or variable named, what was
+wrong, and a value that would work. Unlike MNN, a malformed variable is an
+error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping
+
+from gemvbw import system
+from gemvbw.quant import BLOCK_GRANULE, SUPPORTED_BITS, row_nbytes, num_blocks
+
+ENV_VARS = {
+    "M": "MNN_GEMVBW_M",
+    "K": "MNN_GEMVBW_K",
+    "bits": "MNN_GEMVBW_BITS",
+    "threads": "MNN_GEMVBW_THREADS",
+    "block": "MNN_GEMVBW_BLOCK",
+    "iters": "MNN_GEMVBW_ITERS",
+    "reps": "MNN_GEMVBW_REPS",
+}
+
+FLAGS = {
+    "M": "--M", "K": "--K", "bits": "--bits", "threads": "--threads", "block": "--block",
+    "iters": "--iters", "reps": "--reps", "flush_mib": "--flush-mib", "meta_bytes": "--meta-bytes",
+    "seed": "--seed",
+}
+
+EXAMPLES = {
+    "M": "4096", "K": "14336", "bits": "8,4,3,2", "threads": "2", "block": "64",
+    "iters": "200", "reps": "3", "flush_mib": "64", "meta_bytes": "2", "seed": "0",
+}
+
+DEFAULTS = {
+    "M": 4096, "K": 14336, "bits": (8, 4, 3, 2), "block": 64, "iters": 200, "reps": 3,
+    "flush_mib": 64, "meta_bytes": 2, "seed": 0, "act": "f32", "kernel": "auto",
+}
+
+# what the roofline needs at once: memcpy source + destination (the read buffer comes later)
+ROOFLINE_BYTES = 2 * (256 << 20)
+# working room for verification: a float64 chunk of W, |W|, and numpy temporaries
+VERIFY_BYTES = 128 << 20
+
+
+class SettingsError(ValueError):
+    """A bad input. ``source`` is the flag or variable that carried it."""
+
+    def __init__(self, source: str, message: str):
+        super().__init__(f"{source}: {message}")
+        self.source = source
+
+
+@dataclass(frozen=True)
+class Settings:
+    M: int
+    K: int
+    bits: tuple[int, ...]
+    block: int
+    threads: int
+    iters: int
+    reps: int
+    flush_mib: int
+    meta_bytes: int
+    act: str
+    kernel: str
+    seed: int
+    json_path: str | None = None
+    csv_path: str | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bits"] = list(self.bits)
+        return d
+
+
+def _source(name: str, from_env: bool) -> str:
+    return ENV_VARS[name] if from_env else FLAGS[name]
+
+
+def _example(name: str, from_env: bool) -> str:
+    src = _source(name, from_env)
+    return f"{src}={EXAMPLES[name]}" if from_env else f"{src} {EXAMPLES[name]}"
+
+
+_INT = re.compile(r"^\s*\+?\d+\s*$")
+
+
+def parse_int(name: str, raw: str, from_env: bool, minimum: int = 1) -> int:
+    src = _source(name, from_env)
+    if not _INT.match(raw):
+        what = "is empty" if not raw.strip() else f"{raw!r} is not a whole number"
+        raise SettingsError(src, f"{what}; use e.g. {_example(name, from_env)}")
+    value = int(raw)
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f"at least {minimum}"
+        raise SettingsError(src, f"must be {bound}, got {value}; use e.g. {_example(name, from_env)}")
+    return value
+
+
+def parse_bits(raw: str, from_env: bool) -> tuple[int, ...]:
+    src = _source("bits", from_env)
+    allowed = ",".join(map(str, SUPPORTED_BITS))
+    items = [s.strip() for s in raw.split(",")]
+    if not raw.strip() or any(not s for s in items):
+        raise SettingsError(src, f"{raw!r} lists no bit width; use a comma list of {allowed}, e.g. {_example('bits', from_env)}")
+    out = []
+    for s in items:
+        if not _INT.match(s) or int(s) not in SUPPORTED_BITS:
+            raise SettingsError(src, f"{s!r} is not a supported width; use one or more of {allowed}, e.g. {_example('bits', from_env)}")
+        b = int(s)
+        if b in out:
+            raise SettingsError(src, f"w{b} is listed twice in {raw!r}; list each width once, e.g. {_example('bits', from_env)}")
+        out.append(b)
+    return tuple(out)
+
+
+def resolve(
+    flags: Mapping[str, object | None],
+    environ: Mapping[str, str] | None = None,
+    cpus: list[int] | None = None,
+    available_bytes: int | None = None,
+) -> Settings:
+    """Build Settings from raw flag values (strings or None) and the environment.
+
+    ``cpus`` is the affinity mask (what taskset set); ``available_bytes`` the
+    memory psutil reports. Both default to this process's.
+    """
+    environ = os.environ if environ is None else environ
+    cpus = system.affinity() if cpus is None else cpus
+
+    def pick(name: str):
+        """(raw string, came from env?) or (None, False) when unset."""
+        raw = flags.get(name)
+        if raw is not None:
+            return str(raw), False
+        var = ENV_VARS.get(name)
+        if var is not None and var in environ:
+            return environ[var], True
+        return None, False
+
+    values: dict[str, object] = {}
+    for name in ("M", "K", "block", "iters", "reps"):
+        raw, env = pick(name)
+        values[name] = DEFAULTS[name] if raw is None else parse_int(name, raw, env)
+    for name, minimum in (("flush_mib", 0), ("seed", 0)):
+        raw, env = pick(name)
+        values[name] = DEFAULTS[name] if raw is None else parse_int(name, raw, env, minimum=minimum)
+
+    raw, env = pick("bits")
+    values["bits"] = DEFAULTS["bits"] if raw is None else parse_bits(raw, env)
+
+    raw, env = pick("meta_bytes")
+    meta = DEFAULTS["meta_bytes"] if raw is None else parse_int("meta_bytes", raw, env)
+    if meta not in (2, 4):
+        raise SettingsError("--meta-bytes", f"must be 2 (float16 scale/offset, MNN's published formula) or 4 (float32, MNN's CPU backend), got {meta}")
+    values["meta_bytes"] = meta
+
+    block = values["block"]
+    if block % BLOCK_GRANULE:
+        raw, env = pick("block")
+        lower = max(BLOCK_GRANULE, block // BLOCK_GRANULE * BLOCK_GRANULE)
+        raise SettingsError(
+            _source("block", env),
+            f"must be a multiple of {BLOCK_GRANULE} so every packed layout tiles it, got {block}; "
+            f"use e.g. {lower} or {lower + BLOCK_GRANULE}",
+        )
+
+    raw, env = pick("threads")
+    if raw is None:
+        threads = len(cpus)
+    else:
+        threads = parse_int("threads", raw, env)
+        if threads > len(cpus):
+            raise SettingsError(
+                _source("threads", env),
+                f"{threads} threads asked for, but this process may run on {len(cpus)} CPU(s) "
+                f"({format_cpus(cpus)}); use 1..{len(cpus)}, or widen the affinity mask (taskset)",
+            )
+    values["threads"] = threads
+
+    values["act"] = str(flags.get("act") or DEFAULTS["act"])
+    values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"])
+    for key in ("json_path", "csv_path"):
+        path = flags.get(key)
+        if path is not None:
+            check_writable(str(path), "--json" if key == "json_path" else "--csv")
+        values[key] = path
+
+    settings = Settings(**values)  # type: ignore[arg-type]
+    check_memory(settings, system.available_memory_bytes() if available_bytes is None else available_bytes)
+    return settings
+
+
+def check_kernel(kernel: str, bits: tuple[int, ...], act: str) -> str:
+    from gemvbw import kernels
+
+    if kernel in ("auto", "all"):
+        return kernel
+    missing = [b for b in bits if kernel not in {s.variant for s in kernels.variants(b, act)}]
+    if missing:
+        names = ", ".join(["auto", "all"] + kernels.variant_names(act))
+        widths = ",".join(f"w{b}" for b in missing)
+        raise SettingsError("--kernel", f"no variant {kernel!r} for {widths} (act={act}); choose one of: {names}")
+    return kernel
+
+
+def format_cpus(cpus: list[int]) -> str:
+    """[0,1,2,5] -> 'CPUs 0-2,5'."""
+    if not cpus:
+        return "no CPUs"
+    runs, start, prev = [], cpus[0], cpus[0]
+    for c in cpus[1:] + [None]:  # type: ignore[list-item]
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if c is not None:
+            start = prev = c
+    return ("CPU " if len(cpus) == 1 else "CPUs ") + ",".join(runs)
+
+
+def weight_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:
+    """Bytes a packed matrix really occupies (codes with last-block padding, plus metadata)."""
+    return M * row_nbytes(K, bits, block) + 2 * M * num_blocks(K, block) * meta_bytes
+
+
+def memory_needed(s: Settings) -> int:
+    """Peak bytes a sweep holds at once: the largest matrix, x and y, flush buffer and verification,
+    or the roofline buffers, whichever is larger (they are never alive together)."""
+    biggest = max(weight_bytes(s.M, s.K, b, s.block, s.meta_bytes) for b in s.bits)
+    sweep = biggest + 8 * (s.M + s.K) * 4 + (s.flush_mib << 20) + VERIFY_BYTES
+    return max(sweep, ROOFLINE_BYTES + (s.flush_mib << 20))
+
+
+def check_memory(s: Settings, available: int | None) -> None:
+    if available is None:
+        return
+    need = memory_needed(s)
+    if need > available:
+        worst = max(s.bits, key=lambda b: weight_bytes(s.M, s.K, b, s.block, s.meta_bytes))
+        raise SettingsError(
+            "--M/--K",
+            f"M={s.M} x K={s.K} needs about {need / 1e9:.1f} GB at once (w{worst} weights, buffers, "
+            f"verification) but {available / 1e9:.1f} GB is available; reduce M or K, or drop {worst} from --bits",
+        )
+
+
+def check_writable(path: str, flag: str) -> None:
+    """Fail before measuring, not after, when a result file could not be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise SettingsError(flag, f"{path!r} is a directory; give a file name, e.g. {flag} run.json")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise SettingsError(flag, f"directory {str(parent)!r} does not exist; create it or choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".gemvbw-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise SettingsError(flag, f"cannot write in {str(parent)!r} ({exc.strerror}); choose a writable path") from None

@@ -1,0 +1,176 @@
+"""The CLI end to end on a tiny shape, for every format, plus errors and failing kernels."""
+
+import csv
+import io
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from gemvbw import kernels
+from gemvbw.cli import main
+
+TINY = ["sweep", "--M", "64", "--K", "256", "--iters", "3", "--reps", "2", "--flush-mib", "1", "--threads", "1"]
+
+
+def run(args, env=None):
+    return CliRunner().invoke(main, args, env=env or {}, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def json_run():
+    res = run(TINY + ["--format", "json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_json_schema_fields(json_run):
+    doc = json_run
+    assert doc["schema"] == "gemvbw.sweep/1"
+    assert doc["partial"] is False
+    for key in ("version", "created", "system", "settings", "roofline", "results"):
+        assert key in doc
+    for key in ("cpu", "isa", "cores", "affinity", "numba", "threading_layer"):
+        assert key in doc["system"]
+    assert doc["settings"]["M"] == 64 and doc["settings"]["bits"] == [8, 4, 3, 2]
+    assert {"threads", "memcpy_gbps", "read_gbps"} <= set(doc["roofline"])
+    assert [r["bits"] for r in doc["results"]] == [8, 4, 3, 2]
+    fields = {"bits", "M", "K", "block", "threads", "act", "variant", "best_avg_us", "overall_mean_us",
+              "overall_sd_us", "median_us", "groups", "logical_bytes", "stored_bytes", "bytes_per_elem",
+              "eff_gbps", "pct_peak", "pct_read", "gflops", "ai", "verified", "max_rel_err"}
+    for r in doc["results"]:
+        assert fields <= set(r)
+        assert r["verified"] is True
+        assert len(r["groups"]) == 2 and all(g["iters"] == 3 for g in r["groups"])
+
+
+def test_json_figures_follow_from_raw_latencies(json_run):
+    doc = json_run
+    memcpy, read = doc["roofline"]["memcpy_gbps"], doc["roofline"]["read_gbps"]
+    for r in doc["results"]:
+        lat = [t for g in r["groups"] for t in g["latencies_ns"]]
+        means = [sum(g["latencies_ns"]) / len(g["latencies_ns"]) / 1e3 for g in r["groups"]]
+        for g, m in zip(r["groups"], means):
+            assert g["mean_us"] == pytest.approx(m)
+        best_s = min(means) / 1e6
+        assert r["best_avg_us"] == pytest.approx(min(means))
+        assert r["overall_mean_us"] == pytest.approx(sum(lat) / len(lat) / 1e3)
+        lb = math.ceil(r["M"] * r["K"] * r["bits"] / 8) + r["M"] * math.ceil(r["K"] / r["block"]) * 2 * 2
+        assert r["logical_bytes"] == lb
+        assert r["bytes_per_elem"] == pytest.approx(lb / (r["M"] * r["K"]))
+        assert r["eff_gbps"] == pytest.approx(lb / best_s / 1e9)
+        assert r["pct_peak"] == pytest.approx(100 * r["eff_gbps"] / memcpy)
+        assert r["pct_read"] == pytest.approx(100 * r["eff_gbps"] / read)
+        assert r["gflops"] == pytest.approx(2 * r["M"] * r["K"] / best_s / 1e9)
+        assert r["ai"] == pytest.approx(2 / r["bytes_per_elem"])
+
+
+def test_small_shape_is_flagged_as_call_overhead(json_run):
+    codes = {n["code"] for r in json_run["results"] for n in r["notes"]}
+    assert "call-overhead" in codes  # 64 x 256 takes a few microseconds
+    assert json_run["call_overhead_us"] > 0
+
+
+def test_mnn_format_tables():
+    res = run(TINY + ["--bits", "4,2", "--format", "mnn"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "## GemvBW (" in out and "blocksize=64" in out
+    assert "## Peak streaming bandwidth (memcpy, 256 MiB buffer)" in out
+    assert "(used as roofline)" in out and "Read-only bandwidth" in out
+    assert "type | thr | us/iter | W MiB | bytes/elem | eff GB/s | %peak | GFLOPS | AI (op/B)" in out
+    rows = [l for l in out.splitlines() if l.startswith("w4 ") or l.startswith("w2 ")]
+    assert rows[0].split("|")[4].strip() == "0.5625" and rows[0].split("|")[8].strip() == "3.56"
+    assert rows[1].split("|")[4].strip() == "0.3125"
+    assert "## Notes" in out and "memcpy GB/s counts each byte twice" in out
+
+
+def test_auto_format_is_mnn_when_piped():
+    res = run(TINY + ["--bits", "8"])
+    assert res.exit_code == 0 and "type | thr | us/iter" in res.stdout
+
+
+def test_rich_format():
+    res = run(TINY + ["--bits", "3", "--format", "rich"])
+    assert res.exit_code == 0, res.output
+    assert "eff GB/s" in res.stdout and "w3" in res.stdout and "0.4375" in res.stdout
+
+
+def test_csv_format_and_files(tmp_path):
+    jpath, cpath = tmp_path / "r.json", tmp_path / "r.csv"
+    res = run(TINY + ["--bits", "8,3", "--format", "csv", "--json", str(jpath), "--csv", str(cpath)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [r["type"] for r in rows] == ["w8", "w3"]
+    assert float(rows[1]["bytes_per_elem"]) == pytest.approx(0.4375)
+    assert cpath.read_text() == res.stdout
+    assert json.loads(jpath.read_text())["results"][1]["bits"] == 3
+
+
+def test_environment_settings_reach_the_run():
+    res = run(["sweep", "--iters", "2", "--reps", "1", "--flush-mib", "0", "--format", "json"],
+              env={"MNN_GEMVBW_M": "32", "MNN_GEMVBW_K": "128", "MNN_GEMVBW_BITS": "4", "MNN_GEMVBW_THREADS": "1"})
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["settings"]["M"], doc["settings"]["K"], doc["settings"]["bits"]) == (32, 128, [4])
+    assert doc["results"][0]["threads"] == 1
+
+
+@pytest.mark.parametrize("args,env,fragment", [
+    (["--M", "abc"], {}, "--M: 'abc' is not a whole number"),
+    ([], {"MNN_GEMVBW_K": "0"}, "MNN_GEMVBW_K: must be positive"),
+    ([], {"MNN_GEMVBW_M": "4096.5"}, "MNN_GEMVBW_M"),
+    ([], {"MNN_GEMVBW_M": ""}, "MNN_GEMVBW_M: is empty"),
+    (["--bits", "5"], {}, "--bits: '5' is not a supported width"),
+    (["--bits", "4,4"], {}, "listed twice"),
+    (["--block", "7"], {}, "--block: must be a multiple of 8"),
+    (["--threads", "64"], {}, "--threads: 64 threads asked for"),
+    (["--threads", "0"], {}, "--threads: must be positive"),
+    (["--M", "200000", "--K", "200000"], {}, "GB is available"),
+    (["--json", "/nonexistent/dir/x.json"], {}, "--json: directory '/nonexistent/dir' does not exist"),
+    (["--kernel", "nope"], {}, "--kernel: no variant 'nope'"),
+])
+def test_bad_input_exit_2_one_line(args, env, fragment):
+    res = run(["sweep"] + args, env=env)
+    assert res.exit_code == 2
+    assert fragment in res.stderr
+    assert "Traceback" not in res.output
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_failing_kernel_is_an_error_row_and_exit_1(monkeypatch):
+    good = kernels.get(4)
+
+    def bind(qm):
+        run_good = good.bind(qm)
+
+        def wrong(x, y):
+            run_good(x, y)
+            y *= 1.01
+
+        return wrong
+
+    spec = kernels.KernelSpec(4, "f32", "broken", "scales y by 1.01", bind, priority=-1)
+    kernels.register(spec)
+    try:
+        res = run(TINY + ["--bits", "4", "--kernel", "all", "--format", "mnn"])
+        assert res.exit_code == 1
+        row = [l for l in res.stdout.splitlines() if l.startswith("w4 broken")][0]
+        assert "FAILED verification" in row and "GB/s" not in row
+        assert [l for l in res.stdout.splitlines() if l.startswith("w4 ref |")]
+        res = run(TINY + ["--bits", "4", "--kernel", "broken", "--format", "json"])
+        assert res.exit_code == 1
+        doc = json.loads(res.stdout)
+        assert doc["results"] == [] and doc["failures"][0]["verified"] is False
+    finally:
+        kernels.unregister(4, "f32", "broken")
+
+
+def test_help_and_module_entry():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "gemvbw", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "sweep" in out.stdout
+    assert "MNN_GEMVBW_M" in run(["sweep", "--help"]).stdout

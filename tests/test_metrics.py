@@ -1,0 +1,41 @@
+"""The formulas against values computed by hand."""
+
+import pytest
+
+from gemvbw import metrics
+
+
+@pytest.mark.parametrize("bits,bpe,ai", [(8, 1.0625, 1.88), (4, 0.5625, 3.56), (3, 0.4375, 4.57), (2, 0.3125, 6.40)])
+def test_bytes_per_elem_and_ai_block64_fp16(bits, bpe, ai):
+    M, K = 4096, 14336
+    lb = metrics.logical_bytes(M, K, bits, 64, 2)
+    assert metrics.bytes_per_elem(lb, M, K) == pytest.approx(bpe, abs=1e-12)
+    assert round(metrics.ai(metrics.bytes_per_elem(lb, M, K)), 2) == ai
+
+
+def test_logical_bytes_by_hand():
+    # w4, 4096 x 14336: codes 29,360,128 B; 224 blocks/row x 4096 rows x 2 x 2 B = 3,670,016 B
+    assert metrics.logical_bytes(4096, 14336, 4, 64, 2) == 29_360_128 + 3_670_016
+    # fp32 metadata doubles the metadata part
+    assert metrics.logical_bytes(4096, 14336, 4, 64, 4) == 29_360_128 + 7_340_032
+    # ragged: K=100 -> 2 blocks; 3 bits: ceil(3*100*3/8) = 113
+    assert metrics.logical_bytes(3, 100, 3, 64, 2) == 113 + 3 * 2 * 2 * 2
+
+
+def test_bandwidth_and_flops():
+    assert metrics.eff_gbps(2_000_000, 0.001) == pytest.approx(2.0)
+    assert metrics.pct_peak(10.0, 40.0) == pytest.approx(25.0)
+    assert metrics.pct_read(10.0, 20.0) == pytest.approx(50.0)
+    assert metrics.gflops(1000, 1000, 0.001) == pytest.approx(2.0)
+    assert metrics.memcpy_gbps(1_000_000_000, 1.0) == pytest.approx(2.0)  # read + write
+    assert metrics.read_gbps(1_000_000_000, 0.5) == pytest.approx(2.0)
+
+
+def test_statistics():
+    xs = [2, 4, 4, 4, 5, 5, 7, 9]
+    assert metrics.mean(xs) == 5
+    assert metrics.sample_sd(xs) == pytest.approx(2.138089935299395)
+    assert metrics.median(xs) == 4.5
+    assert metrics.median([3, 1, 2]) == 2
+    assert metrics.sample_sd([1.0]) == 0.0
+    assert metrics.cv(xs) == pytest.approx(2.138089935299395 / 5)

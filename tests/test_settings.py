@@ -1,0 +1,131 @@
+"""Settings precedence (flag > MNN_GEMVBW_* > default) and every bad input."""
+
+import pytest
+
+from gemvbw.settings import DEFAULTS, SettingsError, format_cpus, memory_needed, resolve
+
+CPUS = [0, 1]
+PLENTY = 1 << 40
+
+
+def make(flags=None, env=None, cpus=CPUS, available=PLENTY):
+    return resolve(flags or {}, env or {}, cpus=cpus, available_bytes=available)
+
+
+def test_defaults():
+    s = make()
+    assert (s.M, s.K, s.bits, s.block, s.iters, s.reps) == (4096, 14336, (8, 4, 3, 2), 64, 200, 3)
+    assert (s.flush_mib, s.meta_bytes, s.act, s.kernel) == (64, 2, "f32", "auto")
+    assert s.threads == len(CPUS)
+
+
+def test_environment_overrides_defaults():
+    env = {"MNN_GEMVBW_M": "151936", "MNN_GEMVBW_K": "1024", "MNN_GEMVBW_BITS": "4", "MNN_GEMVBW_THREADS": "1",
+           "MNN_GEMVBW_BLOCK": "32", "MNN_GEMVBW_ITERS": "10", "MNN_GEMVBW_REPS": "2"}
+    s = make(env=env)
+    assert (s.M, s.K, s.bits, s.threads, s.block, s.iters, s.reps) == (151936, 1024, (4,), 1, 32, 10, 2)
+
+
+def test_flag_beats_environment():
+    s = make({"M": "1024", "bits": "8,2", "threads": "2"},
+             {"MNN_GEMVBW_M": "151936", "MNN_GEMVBW_BITS": "4", "MNN_GEMVBW_THREADS": "1"})
+    assert (s.M, s.bits, s.threads) == (1024, (8, 2), 2)
+
+
+def test_bits_list_from_environment_keeps_order():
+    assert make(env={"MNN_GEMVBW_BITS": "2, 8,3"}).bits == (2, 8, 3)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "4096.5", "", " "])
+def test_bad_env_values_name_the_variable(value):
+    with pytest.raises(SettingsError) as err:
+        make(env={"MNN_GEMVBW_M": value})
+    assert err.value.source == "MNN_GEMVBW_M"
+    assert "MNN_GEMVBW_M=4096" in str(err.value)  # a valid example
+
+
+@pytest.mark.parametrize("name,flag", [("K", "--K"), ("iters", "--iters"), ("reps", "--reps"), ("block", "--block")])
+def test_bad_flag_values_name_the_flag(name, flag):
+    with pytest.raises(SettingsError) as err:
+        make({name: "x"})
+    assert err.value.source == flag
+
+
+@pytest.mark.parametrize("value,fragment", [("5", "not a supported width"), ("4,4", "listed twice"),
+                                             ("", "lists no bit width"), ("8,,4", "lists no bit width")])
+def test_bad_bits(value, fragment):
+    with pytest.raises(SettingsError, match=fragment) as err:
+        make({"bits": value})
+    assert err.value.source == "--bits"
+
+
+@pytest.mark.parametrize("block", ["0", "7", "60"])
+def test_bad_block(block):
+    with pytest.raises(SettingsError) as err:
+        make({"block": block})
+    assert err.value.source == "--block"
+
+
+def test_block_larger_than_K_is_one_block_per_row():
+    s = make({"K": "40", "block": "64"})
+    assert s.block == 64 and s.K == 40
+
+
+@pytest.mark.parametrize("threads", ["64", "3"])
+def test_more_threads_than_affinity_is_an_error(threads):
+    with pytest.raises(SettingsError, match=r"may run on 2 CPU\(s\) \(CPUs 0-1\); use 1..2") as err:
+        make({"threads": threads})
+    assert err.value.source == "--threads"
+
+
+def test_threads_zero_is_an_error():
+    with pytest.raises(SettingsError, match="positive"):
+        make({"threads": "0"})
+
+
+def test_threads_default_follows_affinity():
+    assert make(cpus=[6, 7]).threads == 2
+    assert make(cpus=[3]).threads == 1
+
+
+def test_meta_bytes():
+    assert make({"meta_bytes": "4"}).meta_bytes == 4
+    with pytest.raises(SettingsError, match="--meta-bytes"):
+        make({"meta_bytes": "3"})
+
+
+def test_flush_zero_allowed():
+    assert make({"flush_mib": "0"}).flush_mib == 0
+
+
+def test_too_much_memory_fails_before_allocating():
+    with pytest.raises(SettingsError, match=r"needs about .* GB .* but 1\.0 GB is available"):
+        make({"M": "200000", "K": "200000"}, available=10**9)
+
+
+def test_memory_needed_counts_largest_width():
+    s = make({"M": "4096", "K": "14336"})
+    assert memory_needed(s) > 4096 * 14336  # the w8 codes alone
+
+
+def test_unwritable_result_paths(tmp_path):
+    with pytest.raises(SettingsError, match="does not exist") as err:
+        make({"json_path": "/nonexistent/dir/x.json"})
+    assert err.value.source == "--json"
+    with pytest.raises(SettingsError, match="is a directory"):
+        make({"csv_path": str(tmp_path)})
+    assert make({"json_path": str(tmp_path / "ok.json")}).json_path.endswith("ok.json")
+
+
+def test_unknown_kernel_variant():
+    with pytest.raises(SettingsError, match="choose one of: auto, all"):
+        make({"kernel": "nope"})
+
+
+def test_format_cpus():
+    assert format_cpus([0, 1, 2, 5, 7, 8]) == "CPUs 0-2,5,7-8"
+    assert format_cpus([6]) == "CPU 6"
+
+
+def test_defaults_table_is_complete():
+    assert set(DEFAULTS) >= {"M", "K", "bits", "block", "iters", "reps", "flush_mib", "meta_bytes"}
