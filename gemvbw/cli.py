@@ -36,11 +36,16 @@ def usage_error(message: str) -> None:
 
 
 def require_numba() -> None:
+    """numba importable, and its cache of gemvbw's kernels readable (a corrupt file is dropped, then recompiled)."""
     try:
         import numba  # noqa: F401
     except Exception as exc:  # ImportError, or a broken llvmlite raising OSError
         click.echo(f"Error: numba could not be imported ({type(exc).__name__}: {exc}).\n{NUMBA_HELP}", err=True)
         sys.exit(1)
+    from gemvbw import jitcache
+
+    for path in jitcache.repair():
+        click.echo(f"note: removed unreadable numba cache file {path}; the kernel is compiled afresh", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,6 +73,13 @@ def main() -> None:
 @click.option("--kernel", default="auto", show_default=True, metavar="auto|all|NAME",
               help="Kernel variant: auto (preferred), all (every variant), or a variant name.")
 @click.option("--seed", metavar="INT", help="Seed of the random weights and activations (default 0).")
+@click.option("--compare-warm", "compare_warm", is_flag=True, default=None,
+              help="Also time every kernel without the flush and show warm beside cold.")
+@click.option("--max-seconds", "max_seconds", metavar="S",
+              help="Add groups until the last --reps group means agree within 5%, for at most S seconds per kernel.")
+@click.option("--llc-mib", "llc_mib", metavar="INT", help="Last-level cache size, if /sys does not tell it or is wrong.")
+@click.option("--rerun", "rerun_path", metavar="RESULT.json",
+              help="Repeat the run recorded in a JSON result (its settings; flags given here still win) and compare.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json", "csv"]), default="auto",
               show_default=True, help="Screen output; auto = rich on a terminal, MNN markdown when piped.")
 @click.option("--json", "json_path", metavar="PATH", help="Also write the result (schema gemvbw.sweep/1) to PATH.")
@@ -87,6 +99,11 @@ def sweep(fmt: str, **flags) -> None:
     from gemvbw.runner import Sweep
     from gemvbw.settings import SettingsError, resolve
 
+    rerun_path = flags.pop("rerun_path")
+    baseline = None
+    if rerun_path:
+        baseline = load_baseline(rerun_path)
+        flags = {**settings_as_flags(baseline[1]), **{k: v for k, v in flags.items() if v is not None}}
     try:
         settings = resolve(flags)
     except SettingsError as exc:
@@ -96,7 +113,7 @@ def sweep(fmt: str, **flags) -> None:
         exporters.append(report.json_file(settings.json_path))
     if settings.csv_path:
         exporters.append(report.csv_file(settings.csv_path))
-    run = Sweep(settings, report.screen_reporter(fmt), exporters)
+    run = Sweep(settings, report.screen_reporter(fmt), exporters, baseline)
 
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -113,6 +130,37 @@ def sweep(fmt: str, **flags) -> None:
         click.echo(f"Error: {len(record.failures)} kernel(s) failed verification or did not run; "
                    "their rows carry no figures.", err=True)
         sys.exit(1)
+
+
+RERUN_KEYS = ("M", "K", "bits", "block", "threads", "iters", "reps", "flush_mib", "meta_bytes", "act", "kernel",
+              "seed", "max_seconds", "llc_mib", "compare_warm")
+
+
+def load_baseline(path: str) -> tuple[str, dict]:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        usage_error(f"--rerun: cannot read {path!r} ({exc.strerror})")
+    except ValueError as exc:
+        usage_error(f"--rerun: {path!r} is not JSON ({exc}); give a file written by gemvbw sweep --json")
+    if not isinstance(doc, dict) or doc.get("schema") != "gemvbw.sweep/1" or "settings" not in doc:
+        usage_error(f"--rerun: {path!r} is not a gemvbw.sweep/1 result; give a file written by gemvbw sweep --json")
+    return f"{path} ({doc.get('created', '?')})", doc
+
+
+def settings_as_flags(doc: dict) -> dict:
+    """A recorded run's settings, as the raw flag values resolve() takes."""
+    s = doc["settings"]
+    flags = {}
+    for key in RERUN_KEYS:
+        value = s.get(key)
+        if value is None or value is False:
+            continue
+        flags[key] = ",".join(map(str, value)) if isinstance(value, list) else value
+    return flags
 
 
 @main.command()

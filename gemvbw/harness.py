@@ -70,6 +70,9 @@ class Group:
 @dataclass(frozen=True)
 class Measurement:
     groups: tuple[Group, ...]
+    # with --max-seconds: were groups added, and did the last --reps group means agree?
+    extended: bool = False
+    stable: bool | None = None
 
     @property
     def all_ns(self) -> list[int]:
@@ -94,7 +97,13 @@ class Measurement:
 
     @property
     def cv(self) -> float:
+        """Coefficient of variation over every timed call."""
         return metrics.cv(self.all_ns)
+
+    @property
+    def group_spread(self) -> float:
+        """(slowest - fastest group mean) / fastest group mean."""
+        return metrics.spread([g.mean_us for g in self.groups])
 
 
 def time_groups(
@@ -103,12 +112,23 @@ def time_groups(
     reps: int,
     flusher: CacheFlusher,
     on_group: Callable[[int, Group], None] | None = None,
+    max_seconds: float = 0.0,
+    stable_within: float = 0.05,
 ) -> Measurement:
-    """``reps`` groups of ``iters`` timed calls, each after a cache flush."""
+    """``reps`` groups of ``iters`` timed calls, each after a cache flush.
+
+    With ``max_seconds`` > 0, groups are added until the last ``reps`` group
+    means agree within ``stable_within`` (relative spread) or the time is up.
+    """
     call()  # one warm-up call outside the timing (compilation is done by then)
     clock = time.perf_counter_ns
-    groups = []
-    for g in range(reps):
+    started = time.monotonic()
+    groups: list[Group] = []
+
+    def settled() -> bool:
+        return len(groups) >= reps and metrics.spread([g.mean_us for g in groups[-reps:]]) <= stable_within
+
+    while len(groups) < reps or (max_seconds > 0 and not settled() and time.monotonic() - started < max_seconds):
         lat = []
         for _ in range(iters):
             flusher.flush()
@@ -119,8 +139,8 @@ def time_groups(
         group = Group(tuple(lat))
         groups.append(group)
         if on_group is not None:
-            on_group(g, group)
-    return Measurement(tuple(groups))
+            on_group(len(groups) - 1, group)
+    return Measurement(tuple(groups), extended=len(groups) > reps, stable=settled() if max_seconds > 0 else None)
 
 
 @dataclass(frozen=True)

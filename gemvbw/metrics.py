@@ -76,3 +76,15 @@ def cv(values) -> float:
     """Coefficient of variation (sample SD / mean)."""
     m = mean(values)
     return sample_sd(values) / m if m else 0.0
+
+
+def spread(values) -> float:
+    """(max - min) / min: how far apart group means are."""
+    values = list(values)
+    lo = min(values)
+    return (max(values) - lo) / lo if lo else 0.0
+
+
+def ratio(value: float, base: float) -> float:
+    """value / base, as used for speed-ups and latency ratios."""
+    return value / base

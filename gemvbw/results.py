@@ -20,6 +20,10 @@ SCHEMA = "gemvbw.sweep/1"
 OVERHEAD_FACTOR = 20
 # A figure this far above the read roofline is not a DRAM figure.
 ABOVE_READ_FACTOR = 1.10
+# Noise thresholds (pyperf-style checks): coefficient of variation over all calls,
+# and relative spread of the group means.
+NOISY_CV = 0.10
+GROUP_SPREAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class KernelResult:
     max_rel_err: float
     roofline: Roofline
     notes: tuple[Note, ...] = ()
+    warm: Measurement | None = None  # the same kernel with no flush (--compare-warm)
 
     verified = True  # a result exists only for a kernel that passed verification
 
@@ -86,6 +91,10 @@ class KernelResult:
         return metrics.ai(self.bytes_per_elem)
 
     @property
+    def warm_eff_gbps(self) -> float | None:
+        return None if self.warm is None else metrics.eff_gbps(self.logical_bytes, self.warm.best_avg_us / 1e6)
+
+    @property
     def w_mib(self) -> float:
         return self.logical_bytes / (1 << 20)
 
@@ -100,6 +109,7 @@ class KernelResult:
             "act": self.act, "variant": self.variant, "meta_bytes": self.meta_bytes,
             "best_avg_us": self.best_avg_us, "overall_mean_us": m.overall_mean_us,
             "overall_sd_us": m.overall_sd_us, "median_us": m.median_us, "cv": m.cv,
+            "group_spread": m.group_spread, "groups_extended": m.extended, "stable": m.stable,
             "groups": [
                 {"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us, "latencies_ns": list(g.latencies_ns)}
                 for g in m.groups
@@ -109,6 +119,11 @@ class KernelResult:
             "pct_read": self.pct_read, "gflops": self.gflops, "ai": self.ai,
             "verified": True, "max_rel_err": self.max_rel_err,
             "notes": [n.to_dict() for n in self.notes],
+            "warm": None if self.warm is None else {
+                "best_avg_us": self.warm.best_avg_us, "median_us": self.warm.median_us,
+                "eff_gbps": self.warm_eff_gbps,
+                "groups": [{"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us} for g in self.warm.groups],
+            },
         }
 
 
@@ -134,11 +149,28 @@ class KernelFailure:
 
 
 def result_notes(
-    best_avg_us: float, eff_gbps: float, overhead: CallOverhead, roofline: Roofline,
-    resident_bytes: int, llc_bytes: int | None, flush_mib: int,
+    measurement: Measurement, eff_gbps: float, overhead: CallOverhead, roofline: Roofline,
+    resident_bytes: int, llc_bytes: int | None, flush_mib: int, measurement_has_warm: bool = False,
 ) -> tuple[Note, ...]:
     """The warnings a single row deserves, each with what to do about it."""
     notes = []
+    best_avg_us = measurement.best_avg_us
+    if measurement.cv > NOISY_CV:
+        notes.append(Note(
+            "noisy",
+            f"the timed calls vary by {100 * measurement.cv:.0f}% (coefficient of variation; threshold "
+            f"{100 * NOISY_CV:.0f}%)",
+            "close other programs, pin the run (taskset), or add --reps/--iters; the best group mean is "
+            "less affected than the overall mean",
+        ))
+    if measurement.group_spread > GROUP_SPREAD:
+        extra = "" if measurement.stable is None else (
+            " even after extra groups" if not measurement.stable else "")
+        notes.append(Note(
+            "groups-disagree",
+            f"group means differ by {100 * measurement.group_spread:.0f}% (threshold {100 * GROUP_SPREAD:.0f}%){extra}",
+            "rerun, or let gemvbw add groups until they agree: --max-seconds 30",
+        ))
     if best_avg_us < OVERHEAD_FACTOR * overhead.median_us:
         notes.append(Note(
             "call-overhead",
@@ -155,17 +187,18 @@ def result_notes(
             f"({roofline.read.gbps:.1f} GB/s): not a DRAM figure ({cause})",
             "use a shape larger than the last-level cache, keep --flush-mib at least twice the LLC",
         ))
-    if flush_mib == 0 and llc_bytes and resident_bytes <= llc_bytes:
+    if llc_bytes and resident_bytes <= llc_bytes and (flush_mib == 0 or measurement_has_warm):
         notes.append(Note(
             "warm-cache",
             f"weights and activations ({resident_bytes / 2**20:.1f} MiB) fit in the last-level cache "
-            f"({llc_bytes / 2**20:.0f} MiB) and the flush is off: a cache figure, not a DRAM one",
-            "drop --flush-mib 0 for cold-cache figures",
+            f"({llc_bytes / 2**20:.0f} MiB): the warm (no flush) figure is a cache figure, not a DRAM one",
+            "use the cold-cache figure (the default flush) for DRAM bandwidth",
         ))
     return tuple(notes)
 
 
-def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int) -> list[Note]:
+def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
+              llc_source: str = "/sys") -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
     notes = [Note(
         "memcpy-counts-both",
@@ -176,9 +209,16 @@ def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size
     if flush_mib and llc_bytes and (flush_mib << 20) < 2 * llc_bytes:
         notes.append(Note(
             "flush-small",
-            f"the cache flush ({flush_mib} MiB) is less than twice the last-level cache ({llc_bytes >> 20} MiB): "
+            f"the cache flush ({flush_mib} MiB) is less than twice the last-level cache ({llc_bytes >> 20} MiB, "
+            f"from {llc_source}): "
             "weights may still be cached when timed",
             f"use --flush-mib {2 * (llc_bytes >> 20)} or more",
+        ))
+    elif flush_mib and not llc_bytes:
+        notes.append(Note(
+            "llc-unknown",
+            "the last-level cache size could not be read, so whether the flush is large enough is unknown",
+            "give it with --llc-mib, and use --flush-mib at least twice that",
         ))
     elif flush_mib:
         notes.append(Note(
@@ -211,6 +251,7 @@ class SweepRecord:
     notes: list[Note] = field(default_factory=list)
     partial: bool = True
     interrupted: str | None = None
+    comparison: object | None = None  # gemvbw.compare.Comparison, with --rerun
 
     def to_dict(self) -> dict:
         rf = self.roofline
@@ -235,4 +276,5 @@ class SweepRecord:
             "results": [r.to_dict() for r in self.results],
             "failures": [f.to_dict() for f in self.failures],
             "warnings": [n.to_dict() for n in self.notes],
+            "comparison": None if self.comparison is None else self.comparison.to_dict(),
         }

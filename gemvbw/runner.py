@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from gemvbw import kernels, system
+from gemvbw.compare import compare
 from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord, result_notes, run_notes
@@ -42,8 +43,10 @@ def specs_for(bits: int, settings: Settings) -> list[kernels.KernelSpec]:
 
 
 class Sweep:
-    def __init__(self, settings: Settings, reporter: Reporter, exporters: Iterable[Exporter] = ()):
+    def __init__(self, settings: Settings, reporter: Reporter, exporters: Iterable[Exporter] = (),
+                 baseline: tuple[str, dict] | None = None):
         self.settings = settings
+        self.baseline = baseline  # (label, JSON document) of the run being repeated (--rerun)
         self.reporter = reporter
         self.exporters = list(exporters)
         self.record = SweepRecord(system={}, settings=settings.to_dict())
@@ -56,9 +59,12 @@ class Sweep:
         s, rec = self.settings, self.record
         numba.set_num_threads(s.threads)
         rec.system = system.describe()
-        llc = rec.system.get("llc_bytes")
-        rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"])))
-        total = sum(len(specs_for(b, s)) for b in s.bits) * s.reps
+        llc, llc_source = rec.system.get("llc_bytes"), "/sys"
+        if s.llc_mib is not None:
+            llc, llc_source = s.llc_mib << 20, "--llc-mib"
+        rec.system["llc_bytes_used"] = llc
+        rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source))
+        total = sum(len(specs_for(b, s)) for b in s.bits) * s.reps * (2 if s.compare_warm else 1)
         self.reporter.start(rec, total)
 
         rec.overhead = measure_call_overhead(s.threads)
@@ -68,6 +74,7 @@ class Sweep:
         self._export()
 
         flusher = CacheFlusher(s.flush_mib)
+        self.no_flush = CacheFlusher(0)
         x = random_activations(s.K, s.seed)
         y = np.empty(s.M, dtype=np.float32)
         for bits in s.bits:
@@ -77,6 +84,7 @@ class Sweep:
                 self._measure(spec, qm, x, y, reference, flusher, llc)
             del qm, reference
         rec.partial = False
+        self._compare()
         self.reporter.finish(rec)
         self._export()
         return rec
@@ -99,18 +107,28 @@ class Sweep:
         label = f"w{qm.bits} {spec.variant}"
         measurement = time_groups(
             lambda: run(x, y), s.iters, s.reps, flusher,
-            on_group=lambda i, g: self.reporter.group_done(label, i, g),
+            on_group=lambda i, g: self.reporter.group_done(label, i, g), max_seconds=s.max_seconds,
         )
+        warm = None
+        if s.compare_warm:
+            warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
+                               on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
         result = KernelResult(
             qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, s.threads, spec.act, spec.variant, measurement,
-            qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline,
+            qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm,
         )
         resident = qm.nbytes + x.nbytes + y.nbytes
-        notes = result_notes(result.best_avg_us, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib)
+        notes = result_notes(measurement, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib,
+                             measurement_has_warm=warm is not None)
         result = replace(result, notes=notes)
         rec.results.append(result)
         self.reporter.result(rec, result)
         self._export()
+
+    def _compare(self) -> None:
+        if self.baseline is not None:
+            label, doc = self.baseline
+            self.record.comparison = compare([doc, self.record.to_dict()], [label, "this run"])
 
     def _fail(self, failure: KernelFailure) -> None:
         self.record.failures.append(failure)
@@ -121,6 +139,7 @@ class Sweep:
         """Close the record after a signal: what was measured stays, marked partial."""
         self.record.partial = True
         self.record.interrupted = why
+        self._compare()
         self.reporter.finish(self.record)
         self._export()
         return self.record

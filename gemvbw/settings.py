@@ -32,12 +32,13 @@ ENV_VARS = {
 FLAGS = {
     "M": "--M", "K": "--K", "bits": "--bits", "threads": "--threads", "block": "--block",
     "iters": "--iters", "reps": "--reps", "flush_mib": "--flush-mib", "meta_bytes": "--meta-bytes",
-    "seed": "--seed",
+    "seed": "--seed", "max_seconds": "--max-seconds", "llc_mib": "--llc-mib",
 }
 
 EXAMPLES = {
     "M": "4096", "K": "14336", "bits": "8,4,3,2", "threads": "2", "block": "64",
     "iters": "200", "reps": "3", "flush_mib": "64", "meta_bytes": "2", "seed": "0",
+    "max_seconds": "30", "llc_mib": "32",
 }
 
 DEFAULTS = {
@@ -75,6 +76,9 @@ class Settings:
     seed: int
     json_path: str | None = None
     csv_path: str | None = None
+    compare_warm: bool = False
+    max_seconds: float = 0.0  # > 0: add groups until they agree, for at most this long per kernel
+    llc_mib: int | None = None  # overrides the last-level cache size read from /sys
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -103,6 +107,16 @@ def parse_int(name: str, raw: str, from_env: bool, minimum: int = 1) -> int:
     if value < minimum:
         bound = "positive" if minimum == 1 else f"at least {minimum}"
         raise SettingsError(src, f"must be {bound}, got {value}; use e.g. {_example(name, from_env)}")
+    return value
+
+
+def parse_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise SettingsError("--max-seconds", f"{raw!r} is not a number of seconds >= 0; use e.g. {_example('max_seconds', False)}")
     return value
 
 
@@ -154,6 +168,12 @@ def resolve(
     for name, minimum in (("flush_mib", 0), ("seed", 0)):
         raw, env = pick(name)
         values[name] = DEFAULTS[name] if raw is None else parse_int(name, raw, env, minimum=minimum)
+
+    raw, env = pick("llc_mib")
+    values["llc_mib"] = None if raw is None else parse_int("llc_mib", raw, env)
+    raw, env = pick("max_seconds")
+    values["max_seconds"] = 0.0 if raw is None else parse_seconds(raw)
+    values["compare_warm"] = bool(flags.get("compare_warm"))
 
     raw, env = pick("bits")
     values["bits"] = DEFAULTS["bits"] if raw is None else parse_bits(raw, env)

@@ -174,3 +174,78 @@ def test_help_and_module_entry():
     out = subprocess.run([sys.executable, "-m", "gemvbw", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "sweep" in out.stdout
     assert "MNN_GEMVBW_M" in run(["sweep", "--help"]).stdout
+
+
+def test_compare_warm_shows_both(tmp_path):
+    res = run(TINY + ["--bits", "4", "--compare-warm", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)["results"][0]
+    assert r["warm"]["best_avg_us"] > 0 and r["warm"]["eff_gbps"] > 0
+    assert len(r["warm"]["groups"]) == 2
+    res = run(TINY + ["--bits", "4", "--compare-warm", "--format", "mnn"])
+    assert "## Warm versus cold cache" in res.stdout
+    # the tiny matrix fits in any last-level cache: the warm figure is called a cache figure
+    assert "warm-cache" in {n["code"] for n in r["notes"]} or "the warm (no flush) figure is a cache figure" in res.stdout
+
+
+def test_llc_override_and_small_flush_warning():
+    res = run(TINY + ["--bits", "8", "--llc-mib", "8", "--flush-mib", "4", "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["system"]["llc_bytes_used"] == 8 << 20
+    warn = [w for w in doc["warnings"] if w["code"] == "flush-small"]
+    assert warn and "from --llc-mib" in warn[0]["message"] and "--flush-mib 16" in warn[0]["advice"]
+
+
+def test_max_seconds_adds_groups_until_stable_or_time_is_up():
+    res = run(TINY + ["--bits", "8", "--reps", "2", "--max-seconds", "2", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)["results"][0]
+    assert r["stable"] in (True, False)
+    assert len(r["groups"]) >= 2
+    assert r["groups_extended"] == (len(r["groups"]) > 2)
+    if not r["stable"]:
+        assert "groups-disagree" in {n["code"] for n in r["notes"]}
+
+
+def test_bad_max_seconds():
+    res = run(["sweep", "--max-seconds", "soon"])
+    assert res.exit_code == 2 and "--max-seconds" in res.stderr
+
+
+def test_rerun_repeats_settings_and_compares(tmp_path):
+    first = tmp_path / "first.json"
+    res = run(TINY + ["--bits", "4,2", "--seed", "7", "--format", "json", "--json", str(first)])
+    assert res.exit_code == 0
+    res = run(["sweep", "--rerun", str(first), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["settings"]["seed"] == 7 and doc["settings"]["M"] == 64 and doc["settings"]["bits"] == [4, 2]
+    rows = doc["comparison"]["rows"]
+    assert [r["bits"] for r in rows] == [4, 2]
+    for r in rows:
+        assert r["ratio_to_first"][1] == pytest.approx(r["eff_gbps"][1] / r["eff_gbps"][0])
+    # a flag given with --rerun wins, and the difference is marked
+    res = run(["sweep", "--rerun", str(first), "--iters", "2", "--format", "mnn"])
+    assert "## Rerun: against" in res.stdout and "! differs: settings.iters: 3 vs 2" in res.stdout
+
+
+@pytest.mark.parametrize("content,fragment", [(None, "cannot read"), ("{not json", "is not JSON"),
+                                               ('{"schema": "other"}', "is not a gemvbw.sweep/1 result")])
+def test_rerun_bad_file(tmp_path, content, fragment):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    res = run(["sweep", "--rerun", str(path)])
+    assert res.exit_code == 2 and fragment in res.stderr
+
+
+def test_unwritable_directory_fails_before_measuring(tmp_path, monkeypatch):
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)  # root ignores mode bits, so simulate a read-only dir
+    res = run(TINY + ["--json", str(tmp_path / "x.json")])
+    assert res.exit_code == 2
+    assert "--json: cannot write in" in res.stderr and "Permission denied" in res.stderr

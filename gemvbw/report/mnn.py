@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gemvbw.report.text import EXPLANATIONS, META_NAMES, header_lines, label, note_lines, overhead_line
+from gemvbw.report.text import (
+    COMPARE_HEADER, EXPLANATIONS, META_NAMES, WARM_HEADER, comparison_rows, header_lines, label, markdown_table,
+    note_lines, overhead_line, warm_rows,
+)
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
 
 GEMV_HEADER = "type | thr | us/iter | W MiB | bytes/elem | eff GB/s | %peak | GFLOPS | AI (op/B)"
@@ -87,6 +90,19 @@ class MnnReporter:
                 self._print(f"{label(r, record)} | {r.variant} | {r.best_avg_us:.1f} | {m.overall_mean_us:.1f} | "
                             f"{m.overall_sd_us:.1f} | {m.median_us:.1f} | {groups} | {100 * m.cv:.1f} | "
                             f"{r.pct_read:.1f} | {r.max_rel_err:.1e}")
+        warm = warm_rows(record)
+        if warm:
+            self._print()
+            self._print("## Warm versus cold cache (--compare-warm: the same calls without the flush)")
+            for line in markdown_table(WARM_HEADER, warm):
+                self._print(line)
+        if record.comparison is not None:
+            self._print()
+            self._print(f"## Rerun: against {record.comparison.labels[0]}")
+            for line in markdown_table(COMPARE_HEADER, comparison_rows(record)):
+                self._print(line)
+            for diff in record.comparison.differences:
+                self._print(f"! differs: {diff}")
         self._print()
         self._print("## Notes")
         for line in EXPLANATIONS + note_lines(record):

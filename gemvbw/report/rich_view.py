@@ -9,7 +9,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gemvbw.report.text import EXPLANATIONS, META_NAMES, header_lines, label, note_lines, overhead_line
+from gemvbw.report.text import (
+    COMPARE_HEADER, EXPLANATIONS, META_NAMES, WARM_HEADER, comparison_rows, header_lines, label, note_lines,
+    overhead_line, warm_rows,
+)
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
 
 
@@ -64,6 +67,14 @@ class RichReporter:
             self.console.print(self._figures(record))
         if record.results:
             self.console.print(self._statistics(record))
+        warm = warm_rows(record)
+        if warm:
+            self.console.print(self._simple("Warm versus cold cache", WARM_HEADER, warm))
+        if record.comparison is not None:
+            self.console.print(self._simple(f"Rerun: against {record.comparison.labels[0]}", COMPARE_HEADER,
+                                            comparison_rows(record)))
+            for diff in record.comparison.differences:
+                self.console.print(f"[yellow]! differs: {diff}[/]", highlight=False)
         if record.interrupted:
             self.console.print(f"[bold yellow]Interrupted by {record.interrupted}[/]: the table holds the kernels "
                                "that finished; the rest were not measured.")
@@ -99,4 +110,13 @@ class RichReporter:
             table.add_row(label(r, record), r.variant, f"{r.best_avg_us:.1f}", f"{m.overall_mean_us:.1f}",
                           f"{m.overall_sd_us:.1f}", f"{m.median_us:.1f}", f"{100 * m.cv:.1f}",
                           f"{r.max_rel_err:.1e}", groups)
+        return table
+
+    @staticmethod
+    def _simple(title: str, header: list[str], rows: list[list[str]]) -> Table:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+        for i, col in enumerate(header):
+            table.add_column(col, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
         return table

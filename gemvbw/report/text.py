@@ -47,3 +47,39 @@ def note_lines(record: SweepRecord) -> list[str]:
         for n in r.notes:
             lines.append(f"{label(r, record)}: {n.message}. Advice: {n.advice}.")
     return lines
+
+
+def fmt_opt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def warm_rows(record: SweepRecord) -> list[list[str]]:
+    """type, cold us, warm us, cold GB/s, warm GB/s, warm/cold speed."""
+    rows = []
+    for r in record.results:
+        if r.warm is not None:
+            rows.append([label(r, record), f"{r.best_avg_us:.1f}", f"{r.warm.best_avg_us:.1f}", f"{r.eff_gbps:.2f}",
+                         f"{r.warm_eff_gbps:.2f}", f"{r.warm_eff_gbps / r.eff_gbps:.2f}x"])
+    return rows
+
+
+WARM_HEADER = ["type", "cold us", "warm us", "cold GB/s", "warm GB/s", "warm/cold"]
+COMPARE_HEADER = ["shape", "type", "variant", "before GB/s", "now GB/s", "now/before"]
+
+
+def comparison_rows(record: SweepRecord) -> list[list[str]]:
+    cmp = record.comparison
+    rows = []
+    for row in cmp.rows:
+        M, K, bits, _, _, variant = row.key
+        before, now = row.eff_gbps[0], row.eff_gbps[-1]
+        ratio = row.ratios[-1]
+        rows.append([f"{M}x{K}", f"w{bits}", str(variant), fmt_opt(before, ".2f"), fmt_opt(now, ".2f"),
+                     "-" if ratio is None else f"{ratio:.2f}x"])
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = [" | ".join(header), "|".join("---" for _ in header)]
+    lines += [" | ".join(r) for r in rows]
+    return lines
