@@ -198,14 +198,22 @@ def result_notes(
 
 
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
-              llc_source: str = "/sys") -> list[Note]:
+              llc_source: str = "/sys", block: int = 64, K: int = 0) -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
-    notes = [Note(
+    notes = []
+    if K and block > K:
+        notes.append(Note(
+            "block-exceeds-K",
+            f"block {block} is larger than K={K}: each row is a single block of {K} elements "
+            "(one scale/offset pair per row)",
+            f"use --block {K // 8 * 8 or 8} or smaller for several blocks per row",
+        ))
+    notes.append(Note(
         "memcpy-counts-both",
         "memcpy GB/s counts each byte twice (read + write) and includes thread start-up; "
         "it is MNN's roofline, not the DRAM read peak, so %peak above 100 is possible",
         "compare with %read, the read-only roofline, for what a GEMV can reach",
-    )]
+    ))
     if flush_mib and llc_bytes and (flush_mib << 20) < 2 * llc_bytes:
         notes.append(Note(
             "flush-small",

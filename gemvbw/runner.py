@@ -63,7 +63,8 @@ class Sweep:
         if s.llc_mib is not None:
             llc, llc_source = s.llc_mib << 20, "--llc-mib"
         rec.system["llc_bytes_used"] = llc
-        rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source))
+        rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
+                                   s.block, s.K))
         total = sum(len(specs_for(b, s)) for b in s.bits) * s.reps * (2 if s.compare_warm else 1)
         self.reporter.start(rec, total)
 

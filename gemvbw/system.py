@@ -143,6 +143,23 @@ def available_memory_bytes() -> int | None:
     return None if isinstance(mem, Unknown) else mem["available"]
 
 
+def cpu_freq_mhz() -> dict[str, object]:
+    """Current (and, where the OS tells, min/max) frequency per CPU, from psutil; unknown with a reason otherwise."""
+    try:
+        import psutil
+
+        freqs = psutil.cpu_freq(percpu=True)
+    except Exception as exc:  # Android forbids parts of /proc and /sys
+        return {"unknown": f"psutil.cpu_freq failed: {exc}"}
+    if not freqs:
+        return {"unknown": "psutil.cpu_freq reports nothing on this system"}
+    return {
+        "current": [round(f.current, 1) for f in freqs],
+        "max": [round(f.max, 1) if f.max else None for f in freqs],
+        "source": "cpufreq" if any(f.max for f in freqs) else "/proc/cpuinfo (no cpufreq: max unknown)",
+    }
+
+
 def versions() -> dict[str, str]:
     import llvmlite
     import numba
@@ -190,6 +207,7 @@ def describe(root: Path = Path("/")) -> dict[str, object]:
         "caches": caches if not isinstance(caches, Unknown) else str(caches),
         "llc_bytes": llc if not isinstance(llc, Unknown) else None,
         "memory": mem if not isinstance(mem, Unknown) else str(mem),
+        "cpu_freq_mhz": cpu_freq_mhz(),
     }
     facts.update(versions())
     facts.update(numba_threading())

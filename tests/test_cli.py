@@ -124,6 +124,10 @@ def test_environment_settings_reach_the_run():
     ([], {"MNN_GEMVBW_M": ""}, "MNN_GEMVBW_M: is empty"),
     (["--bits", "5"], {}, "--bits: '5' is not a supported width"),
     (["--bits", "4,4"], {}, "listed twice"),
+    (["--bits", ""], {}, "--bits: '' lists no bit width"),
+    (["--block", "0"], {}, "--block: must be positive"),
+    ([], {"MNN_GEMVBW_M": "-5"}, "MNN_GEMVBW_M: '-5' is not a whole number"),
+    ([], {"MNN_GEMVBW_M": "abc"}, "MNN_GEMVBW_M: 'abc' is not a whole number"),
     (["--block", "7"], {}, "--block: must be a multiple of 8"),
     (["--threads", "64"], {}, "--threads: 64 threads asked for"),
     (["--threads", "0"], {}, "--threads: must be positive"),
@@ -249,3 +253,12 @@ def test_unwritable_directory_fails_before_measuring(tmp_path, monkeypatch):
     res = run(TINY + ["--json", str(tmp_path / "x.json")])
     assert res.exit_code == 2
     assert "--json: cannot write in" in res.stderr and "Permission denied" in res.stderr
+
+
+def test_block_larger_than_K_is_announced_in_the_header():
+    res = run(["sweep", "--M", "8", "--K", "40", "--bits", "3", "--iters", "2", "--reps", "1", "--flush-mib", "0",
+               "--threads", "1", "--format", "mnn"])
+    assert res.exit_code == 0, res.output
+    head = res.stdout.split("## Peak")[0]
+    assert "note: block 64 is larger than K=40: each row is a single block of 40 elements" in head
+    assert "0.4375" not in res.stdout  # ragged: 40*3/8 + 2*2*2 bytes per row over 40 elements

@@ -31,6 +31,9 @@ class MnnReporter:
                     f"blocksize={s['block']}, meta={META_NAMES[s['meta_bytes']]})")
         for line in header_lines(record):
             self._print(line)
+        for note in record.notes:
+            if note.code == "block-exceeds-K":
+                self._print(f"note: {note.message}")
         self._print()
 
     def roofline(self, record: SweepRecord) -> None:

@@ -33,6 +33,9 @@ class RichReporter:
                           f"meta {META_NAMES[s['meta_bytes']]}  bits {','.join(map(str, s['bits']))}")
         for line in header_lines(record):
             self.console.print(line, highlight=False)
+        for note in record.notes:
+            if note.code == "block-exceeds-K":
+                self.console.print(f"[yellow]note: {note.message}[/]", highlight=False)
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
             TimeElapsedColumn(), console=self.console, transient=True,
