@@ -260,6 +260,7 @@ class SweepRecord:
     partial: bool = True
     interrupted: str | None = None
     comparison: object | None = None  # gemvbw.compare.Comparison, with --rerun
+    kernel_choice: dict = field(default_factory=dict)  # --kernel auto: per width, what was chosen and how
 
     def to_dict(self) -> dict:
         rf = self.roofline
@@ -285,4 +286,5 @@ class SweepRecord:
             "failures": [f.to_dict() for f in self.failures],
             "warnings": [n.to_dict() for n in self.notes],
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
+            "kernel_choice": self.kernel_choice,
         }

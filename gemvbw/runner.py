@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Protocol
 import numba
 import numpy as np
 
-from gemvbw import kernels, system
+from gemvbw import calibrate, kernels, system
 from gemvbw.compare import compare
 from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
@@ -36,9 +36,15 @@ class Reporter(Protocol):
 Exporter = Callable[[SweepRecord], None]
 
 
-def specs_for(bits: int, settings: Settings) -> list[kernels.KernelSpec]:
+def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None) -> list[kernels.KernelSpec]:
+    """The variants to measure for a width; with --kernel auto, the calibrated choice (recorded)."""
     if settings.kernel == "all":
         return kernels.variants(bits, settings.act)
+    if settings.kernel == "auto":
+        choice = calibrate.choose(bits, settings.act, settings.threads)
+        if record is not None:
+            record.kernel_choice[f"w{bits}"] = choice.to_dict()
+        return [choice.spec]
     return [kernels.get(bits, settings.act, settings.kernel)]
 
 
@@ -65,7 +71,8 @@ class Sweep:
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, s.K))
-        total = sum(len(specs_for(b, s)) for b in s.bits) * s.reps * (2 if s.compare_warm else 1)
+        per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
+        total = sum(per_width) * s.reps * (2 if s.compare_warm else 1)
         self.reporter.start(rec, total)
 
         rec.overhead = measure_call_overhead(s.threads)
@@ -81,7 +88,7 @@ class Sweep:
         for bits in s.bits:
             qm = random_quantized(s.M, s.K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
             reference = reference_gemv(qm, x)
-            for spec in specs_for(bits, s):
+            for spec in specs_for(bits, s, rec):
                 self._measure(spec, qm, x, y, reference, flusher, llc)
             del qm, reference
         rec.partial = False

@@ -188,6 +188,15 @@ def numba_threading() -> dict[str, object]:
             "threads": int(numba.get_num_threads())}
 
 
+def describe_cpu(root: Path = Path("/")) -> dict[str, object]:
+    """CPU model, architecture and kernel-relevant ISA flags: what decides which kernel is fastest."""
+    machine = platform.machine()
+    text = read_text(root / "proc/cpuinfo")
+    sections = [] if isinstance(text, Unknown) else parse_cpuinfo(text)
+    model = text if isinstance(text, Unknown) else cpu_model(sections)
+    return {"cpu": str(model), "machine": machine, "isa": isa_features(sections, machine)}
+
+
 def describe(root: Path = Path("/")) -> dict[str, object]:
     """The system facts recorded with every run (JSON-ready: unknowns become strings)."""
     machine = platform.machine()

@@ -13,10 +13,12 @@ from typing import Callable
 
 import numpy as np
 
-from gemvbw.kernels.w2 import gemv_w2_ref
-from gemvbw.kernels.w3 import gemv_w3_ref
-from gemvbw.kernels.w4 import gemv_w4_ref
-from gemvbw.kernels.w8 import gemv_w8_ref
+import numba
+
+from gemvbw.kernels.w2 import gemv_w2_ref, gemv_w2_rows4
+from gemvbw.kernels.w3 import gemv_w3_ref, gemv_w3_rows4
+from gemvbw.kernels.w4 import gemv_w4_ref, gemv_w4_rows4
+from gemvbw.kernels.w8 import gemv_w8_ref, gemv_w8_rows4
 from gemvbw.quant import QuantizedMatrix
 
 Runner = Callable[[np.ndarray, np.ndarray], None]
@@ -86,8 +88,28 @@ def _binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
-for _bits, _fn in ((8, gemv_w8_ref), (4, gemv_w4_ref), (3, gemv_w3_ref), (2, gemv_w2_ref)):
-    register(KernelSpec(_bits, "f32", "ref", (_fn.__doc__ or "").strip(), _binder(_fn)))
+def _chunked_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
+    """For kernels that split rows into chunks: a few chunks per thread in force when bound."""
+    def bind(qm: QuantizedMatrix) -> Runner:
+        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+        chunks = 4 * numba.get_num_threads()
+
+        def run(x: np.ndarray, y: np.ndarray) -> None:
+            fn(codes, scale, offset, x, block, y, chunks)
+
+        return run
+
+    return bind
+
+
+def _describe(fn) -> str:
+    return " ".join((fn.__doc__ or "").split())
+
+
+for _bits, _ref, _rows4 in ((8, gemv_w8_ref, gemv_w8_rows4), (4, gemv_w4_ref, gemv_w4_rows4),
+                            (3, gemv_w3_ref, gemv_w3_rows4), (2, gemv_w2_ref, gemv_w2_rows4)):
+    register(KernelSpec(_bits, "f32", "ref", _describe(_ref), _binder(_ref)))
+    register(KernelSpec(_bits, "f32", "rows4", _describe(_rows4), _chunked_binder(_rows4), priority=1))
 
 
 def gemv(qm: QuantizedMatrix, x: np.ndarray, variant: str = "auto") -> np.ndarray:

@@ -68,3 +68,55 @@ def empty_parallel_call(out):
     """The fixed cost of one parallel kernel call: fork, trivial work, join."""
     for i in prange(out.shape[0]):
         out[i] = i
+
+
+# --- helpers of the fast ("rows4") variants ---------------------------------------------
+
+ROWS = 4  # rows per group: each loaded activation vector serves four rows
+
+_TWO112 = np.float32(2.0 ** 112)
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _half_row_to_f32(src, r, tmp, dst):
+    # Branch-free so it vectorizes: move the half's exponent and mantissa to where float32
+    # keeps them, then rescale by 2**112 (the difference of the exponent biases); zero and
+    # subnormal halves come out right too. Assumes finite metadata (quantize ensures it).
+    row = src[r]
+    for i in range(row.shape[0]):
+        h = np.uint32(row[i])
+        tmp[i] = ((h & np.uint32(0x8000)) << np.uint32(16)) | ((h & np.uint32(0x7FFF)) << np.uint32(13))
+    bits = tmp.view(np.float32)
+    for i in range(row.shape[0]):
+        dst[i] = bits[i] * _TWO112
+
+
+def meta_row(src, r, tmp, dst):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(meta_row)
+def _meta_row_impl(src, r, tmp, dst):
+    """One row of scale or offset as float32, into dst: converted from fp16 bits, or copied."""
+    if src.dtype == types.uint16:
+        def impl(src, r, tmp, dst):
+            _half_row_to_f32(src, r, tmp, dst)
+    else:
+        def impl(src, r, tmp, dst):
+            row = src[r]
+            for i in range(row.shape[0]):
+                dst[i] = row[i]
+    return impl
+
+
+@njit(cache=True)
+def row_chunks(groups, chunks):
+    """(number of chunks, groups per chunk); each chunk allocates its scratch once.
+
+    The caller passes a few chunks per thread (numba.get_num_threads() cannot be
+    called inside a cached kernel: it is a ctypes global).
+    """
+    nchunks = min(groups, chunks)
+    if nchunks == 0:
+        return 0, 0
+    return nchunks, (groups + nchunks - 1) // nchunks
