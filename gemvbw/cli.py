@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import replace
 
 import click
 
@@ -33,6 +34,31 @@ def _on_sigterm(signum, frame):
 def usage_error(message: str) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(2)
+
+
+def pin_cpus(raw: str | None) -> list[int] | None:
+    """--cpus: parse, check against the CPUs that exist, pin the process. None when not given."""
+    if raw is None:
+        return None
+    from gemvbw import system  # numpy-free: numpy's BLAS threads must start after the pinning
+    from gemvbw.system import format_cpus
+
+    try:
+        cpus = system.parse_cpu_list(raw)
+    except ValueError as exc:
+        usage_error(f"--cpus: {exc}; give CPU numbers and ranges, e.g. --cpus 6,7 or --cpus 4-7")
+    if not cpus:
+        usage_error("--cpus: no CPU listed; give CPU numbers and ranges, e.g. --cpus 6,7 or --cpus 4-7")
+    online = system.online_cpus()
+    missing = [c for c in cpus if c not in online]
+    if missing:
+        usage_error(f"--cpus: CPU {','.join(map(str, missing))} does not exist here (online: {format_cpus(online)})")
+    try:
+        system.pin(cpus)
+    except OSError as exc:
+        usage_error(f"--cpus: cannot pin to {format_cpus(cpus)} ({exc.strerror or exc}); "
+                    "choose CPUs this process may use (see gemvbw info)")
+    return cpus
 
 
 def require_numba() -> None:
@@ -65,6 +91,8 @@ def main() -> None:
 @click.option("--block", metavar="INT", help="Quantization block along K, a multiple of 8 (default 64; env MNN_GEMVBW_BLOCK).")
 @click.option("--threads", metavar="INT",
               help="Threads (default: CPUs in the affinity mask, what taskset sets; env MNN_GEMVBW_THREADS).")
+@click.option("--cpus", metavar="LIST",
+              help="Pin the run to these CPUs (e.g. 6,7 or 4-7), like taskset; see gemvbw info for the fastest cluster.")
 @click.option("--iters", metavar="INT", help="Timed calls per group (default 200; env MNN_GEMVBW_ITERS).")
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is reported (default 3; env MNN_GEMVBW_REPS).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each timed call; 0 = warm cache (default 64).")
@@ -94,6 +122,7 @@ def sweep(fmt: str, **flags) -> None:
       MNN_GEMVBW_M=151936 MNN_GEMVBW_K=1024 MNN_GEMVBW_BITS=4 gemvbw sweep
       gemvbw sweep --format json > run.json
     """
+    cpus = pin_cpus(flags.pop("cpus"))  # before numba starts its thread pool: its threads inherit the mask
     require_numba()
     from gemvbw import report
     from gemvbw.runner import Sweep
@@ -108,6 +137,7 @@ def sweep(fmt: str, **flags) -> None:
         settings = resolve(flags)
     except SettingsError as exc:
         usage_error(str(exc))
+    settings = replace(settings, cpus=cpus)
     exporters = []
     if settings.json_path:
         exporters.append(report.json_file(settings.json_path))
@@ -132,8 +162,109 @@ def sweep(fmt: str, **flags) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--root", default="/", show_default=True, hidden=True,
+              help="Read /proc and /sys under this directory (for captured trees).")
+def info(fmt: str, root: str) -> None:
+    """CPU, ISA features, clusters and frequencies, affinity, caches, memory, temperatures, versions,
+    and the taskset command that pins a run to the fastest cores."""
+    from pathlib import Path
+
+    from gemvbw import info as info_mod
+
+    try:
+        import numba  # noqa: F401
+        with_numba = True
+    except Exception:
+        with_numba = False  # info still describes the device; sweep would say how to install numba
+    facts = info_mod.gather(Path(root), with_numba=with_numba)
+    if fmt == "json":
+        from gemvbw.report import dumps
+
+        click.echo(dumps(facts), nl=False)
+    else:
+        for line in info_mod.render(facts):
+            click.echo(line)
+        if not with_numba:
+            click.echo("numba:      not importable; " + NUMBA_HELP.splitlines()[0])
+
+
+@main.command()
+@click.option("--bits", metavar="W", help="One bit width: 8, 4, 3 or 2 (default 4; env MNN_GEMVBW_BITS).")
+@click.option("--M", "M", metavar="INT", help="Output rows (default 4096; env MNN_GEMVBW_M).")
+@click.option("--K", "K", metavar="INT", help="Input columns (default 14336; env MNN_GEMVBW_K).")
+@click.option("--block", metavar="INT", help="Quantization block (default 64).")
+@click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
+@click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
+@click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
+@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
+@click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1.0),
+              help="How long to run.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+              help="Seconds per window (one line of the time series).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "rich", "text", "json", "csv"]), default="auto",
+              show_default=True, help="auto = a live view on a terminal, text lines when piped.")
+@click.option("--json", "json_path", metavar="PATH", help="Also write the time series and summary as JSON.")
+@click.option("--csv", "csv_path", metavar="PATH", help="Also write the time series as CSV.")
+def soak(seconds: float, interval: float, fmt: str, **flags) -> None:
+    """Run one width and shape continuously: sustained bandwidth, frequency and temperature over time.
+
+    The summary's sustained figure (median of the last third) is what a phone's decode speed
+    settles at once it has heated up.
+    """
+    cpus = pin_cpus(flags.pop("cpus"))
+    require_numba()
+    from gemvbw import report
+    from gemvbw import soak as soak_mod
+    from gemvbw.report.soak_view import SoakView
+    from gemvbw.settings import SettingsError, resolve
+
+    flags["bits"] = flags["bits"] if flags["bits"] is not None else "4"
+    try:
+        settings = replace(resolve(flags), cpus=cpus)
+    except SettingsError as exc:
+        usage_error(str(exc))
+    if len(settings.bits) != 1:
+        usage_error(f"--bits: soak runs one width, got {','.join(map(str, settings.bits))}; e.g. --bits 4")
+    view = SoakView(report.resolve_format(fmt, sys.stdout))  # auto: rich on a terminal, text lines when piped
+    files = []
+    if settings.json_path:
+        files.append(lambda rec: report.write_atomic(settings.json_path, report.dumps(rec.to_dict())))
+    if settings.csv_path:
+        files.append(lambda rec: report.write_atomic(settings.csv_path, soak_mod.csv_text(rec)))
+
+    def on_window(rec, window):
+        view.window(rec, window)
+        for write in files:
+            write(rec)
+
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    code = 0
+    view.start(seconds, interval)
+    try:
+        record = soak_mod.soak(settings, seconds, interval, on_window)
+    except (KeyboardInterrupt, Terminated) as exc:
+        record = getattr(soak_mod.soak, "record", None)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 143
+        if record is not None:
+            record.interrupted = "SIGINT (Ctrl-C)" if code == 130 else "SIGTERM"
+    except RuntimeError as exc:
+        view.stop()
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    view.stop()
+    if record is not None:
+        view.finish(record)
+        for write in files:
+            write(record)
+    sys.exit(code)
+
+
 RERUN_KEYS = ("M", "K", "bits", "block", "threads", "iters", "reps", "flush_mib", "meta_bytes", "act", "kernel",
-              "seed", "max_seconds", "llc_mib", "compare_warm")
+              "seed", "max_seconds", "llc_mib", "compare_warm")  # --cpus is not repeated: pin as you did then
 
 
 def load_baseline(path: str) -> tuple[str, dict]:

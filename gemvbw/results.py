@@ -55,6 +55,7 @@ class KernelResult:
     roofline: Roofline
     notes: tuple[Note, ...] = ()
     warm: Measurement | None = None  # the same kernel with no flush (--compare-warm)
+    samples: tuple = ()  # gemvbw.sampling.Sample before the first group and after each group
 
     verified = True  # a result exists only for a kernel that passed verification
 
@@ -119,6 +120,7 @@ class KernelResult:
             "pct_read": self.pct_read, "gflops": self.gflops, "ai": self.ai,
             "verified": True, "max_rel_err": self.max_rel_err,
             "notes": [n.to_dict() for n in self.notes],
+            "samples": [s.to_dict() for s in self.samples],
             "warm": None if self.warm is None else {
                 "best_avg_us": self.warm.best_avg_us, "median_us": self.warm.median_us,
                 "eff_gbps": self.warm_eff_gbps,
@@ -198,9 +200,16 @@ def result_notes(
 
 
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
-              llc_source: str = "/sys", block: int = 64, K: int = 0) -> list[Note]:
+              llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False) -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
     notes = []
+    if mixed_clusters:
+        notes.append(Note(
+            "mixed-clusters",
+            "the CPUs in use span clusters of different speed (big.LITTLE): threads land on slower cores "
+            "and the results mix core types",
+            "pin to the fastest cluster: see the advice of gemvbw info (taskset MASK, or --cpus LIST)",
+        ))
     if K and block > K:
         notes.append(Note(
             "block-exceeds-K",

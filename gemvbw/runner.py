@@ -16,7 +16,8 @@ from gemvbw import calibrate, kernels, system
 from gemvbw.compare import compare
 from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
-from gemvbw.results import KernelFailure, KernelResult, SweepRecord, result_notes, run_notes
+from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
+from gemvbw.sampling import Sampler, frequency_findings
 from gemvbw.roofline import measure_roofline
 from gemvbw.settings import Settings
 from gemvbw.verify import reference_gemv, verify
@@ -70,7 +71,7 @@ class Sweep:
             llc, llc_source = s.llc_mib << 20, "--llc-mib"
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
-                                   s.block, s.K))
+                                   s.block, s.K, rec.system["affinity_mixed"]))
         per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1)
         self.reporter.start(rec, total)
@@ -83,6 +84,7 @@ class Sweep:
 
         flusher = CacheFlusher(s.flush_mib)
         self.no_flush = CacheFlusher(0)
+        self.sampler = Sampler(rec.system["affinity"])
         x = random_activations(s.K, s.seed)
         y = np.empty(s.M, dtype=np.float32)
         for bits in s.bits:
@@ -113,10 +115,14 @@ class Sweep:
             return
         run = spec.bind(qm)
         label = f"w{qm.bits} {spec.variant}"
-        measurement = time_groups(
-            lambda: run(x, y), s.iters, s.reps, flusher,
-            on_group=lambda i, g: self.reporter.group_done(label, i, g), max_seconds=s.max_seconds,
-        )
+        samples = [self.sampler.sample()]
+
+        def group_done(i, g):
+            samples.append(self.sampler.sample())
+            self.reporter.group_done(label, i, g)
+
+        measurement = time_groups(lambda: run(x, y), s.iters, s.reps, flusher, on_group=group_done,
+                                  max_seconds=s.max_seconds)
         warm = None
         if s.compare_warm:
             warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
@@ -128,7 +134,10 @@ class Sweep:
         resident = qm.nbytes + x.nbytes + y.nbytes
         notes = result_notes(measurement, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib,
                              measurement_has_warm=warm is not None)
-        result = replace(result, notes=notes)
+        notes += tuple(Note(code, message, "let the device cool, set the performance governor where you may, "
+                            "and compare with gemvbw soak")
+                       for code, message in frequency_findings(samples, self.sampler.max_mhz))
+        result = replace(result, notes=notes, samples=tuple(samples))
         rec.results.append(result)
         self.reporter.result(rec, result)
         self._export()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gemvbw import system
+from gemvbw.system import format_cpus  # noqa: F401  (re-exported)
 from gemvbw.quant import BLOCK_GRANULE, SUPPORTED_BITS, row_nbytes, num_blocks
 
 ENV_VARS = {
@@ -79,10 +80,12 @@ class Settings:
     compare_warm: bool = False
     max_seconds: float = 0.0  # > 0: add groups until they agree, for at most this long per kernel
     llc_mib: int | None = None  # overrides the last-level cache size read from /sys
+    cpus: list[int] | None = None  # pinned with --cpus (None: the affinity mask as inherited)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bits"] = list(self.bits)
+        d["cpus"] = None if self.cpus is None else list(self.cpus)
         return d
 
 
@@ -203,7 +206,7 @@ def resolve(
             raise SettingsError(
                 _source("threads", env),
                 f"{threads} threads asked for, but this process may run on {len(cpus)} CPU(s) "
-                f"({format_cpus(cpus)}); use 1..{len(cpus)}, or widen the affinity mask (taskset)",
+                f"({format_cpus(cpus)}); use 1..{len(cpus)}, or allow more CPUs (taskset or --cpus)",
             )
     values["threads"] = threads
 
@@ -231,21 +234,6 @@ def check_kernel(kernel: str, bits: tuple[int, ...], act: str) -> str:
         widths = ",".join(f"w{b}" for b in missing)
         raise SettingsError("--kernel", f"no variant {kernel!r} for {widths} (act={act}); choose one of: {names}")
     return kernel
-
-
-def format_cpus(cpus: list[int]) -> str:
-    """[0,1,2,5] -> 'CPUs 0-2,5'."""
-    if not cpus:
-        return "no CPUs"
-    runs, start, prev = [], cpus[0], cpus[0]
-    for c in cpus[1:] + [None]:  # type: ignore[list-item]
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if c is not None:
-            start = prev = c
-    return ("CPU " if len(cpus) == 1 else "CPUs ") + ",".join(runs)
 
 
 def weight_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:

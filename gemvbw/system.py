@@ -34,6 +34,21 @@ def is_linux_like(platform_name: str | None = None) -> bool:
     return name.startswith("linux") or name == "android"
 
 
+def format_cpus(cpus: list[int]) -> str:
+    """[0,1,2,5] -> 'CPUs 0-2,5'."""
+    if not cpus:
+        return "no CPUs"
+    runs, start, prev = [], cpus[0], cpus[0]
+    for c in cpus[1:] + [None]:  # type: ignore[list-item]
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if c is not None:
+            start = prev = c
+    return ("CPU " if len(cpus) == 1 else "CPUs ") + ",".join(runs)
+
+
 def read_text(path: Path) -> str | Unknown:
     try:
         return path.read_text()
@@ -63,6 +78,8 @@ def parse_cpuinfo(text: str) -> list[dict[str, str]]:
 
 
 def cpu_model(sections: list[dict[str, str]]) -> str | Unknown:
+    if not sections and not is_linux_like():
+        return platform.processor() or Unknown(f"no /proc/cpuinfo on {sys.platform}")
     for key in ("model name", "Hardware", "Model", "Processor", "cpu model"):
         for sec in sections:
             if sec.get(key):
@@ -193,7 +210,7 @@ def describe_cpu(root: Path = Path("/")) -> dict[str, object]:
     machine = platform.machine()
     text = read_text(root / "proc/cpuinfo")
     sections = [] if isinstance(text, Unknown) else parse_cpuinfo(text)
-    model = text if isinstance(text, Unknown) else cpu_model(sections)
+    model = cpu_model(sections) if not isinstance(text, Unknown) or not is_linux_like() else text
     return {"cpu": str(model), "machine": machine, "isa": isa_features(sections, machine)}
 
 
@@ -218,6 +235,238 @@ def describe(root: Path = Path("/")) -> dict[str, object]:
         "memory": mem if not isinstance(mem, Unknown) else str(mem),
         "cpu_freq_mhz": cpu_freq_mhz(),
     }
+    groups = with_current_from_cpuinfo(clusters(root), root)
+    facts["clusters"] = [g.to_dict() for g in groups]
+    facts["affinity_clusters"] = [groups.index(g) for g in clusters_of(facts["affinity"], groups)]
+    facts["affinity_mixed"] = spans_mixed_clusters(facts["affinity"], groups)
     facts.update(versions())
     facts.update(numba_threading())
     return facts
+
+
+def pin(cpus: list[int]) -> None:
+    """Restrict this process to ``cpus`` (as taskset does). Threads started afterwards inherit it,
+    so call this before numba starts its thread pool."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise OSError("this platform cannot pin a process to CPUs (no sched_setaffinity)")
+    os.sched_setaffinity(0, cpus)
+
+
+# --- topology: clusters, frequency, temperature -------------------------------------------
+
+CPU_DIR = "sys/devices/system/cpu"
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-3,6,8-9' -> [0, 1, 2, 3, 6, 8, 9] (the kernel's cpulist format, also taskset -c and --cpus)."""
+    cpus: list[int] = []
+    for part in text.replace(" ", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"{part!r} is not a CPU number or range")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"{part!r} is a range that runs backwards")
+        cpus.extend(range(a, b + 1))
+    return sorted(set(cpus))
+
+
+def _read_int(path: Path) -> int | Unknown:
+    text = read_text(path)
+    if isinstance(text, Unknown):
+        return text
+    try:
+        return int(text.strip())
+    except ValueError:
+        return Unknown(f"{path} holds {text.strip()!r}, not a number")
+
+
+def online_cpus(root: Path = Path("/")) -> list[int]:
+    text = read_text(root / CPU_DIR / "online")
+    if not isinstance(text, Unknown):
+        try:
+            return parse_cpu_list(text.strip())
+        except ValueError:
+            pass
+    present = sorted(int(p.name[3:]) for p in (root / CPU_DIR).glob("cpu[0-9]*") if p.name[3:].isdigit())
+    return present or list(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """CPUs that share a frequency policy (or, without cpufreq, a capacity)."""
+
+    cpus: tuple[int, ...]
+    max_khz: int | None
+    cur_khz: int | None
+    governor: str | None
+    capacity: int | None
+    source: str  # where the grouping came from, or why it is unknown
+
+    @property
+    def mask(self) -> int:
+        return sum(1 << c for c in self.cpus)
+
+    def to_dict(self) -> dict:
+        return {"cpus": list(self.cpus), "mask": f"{self.mask:x}", "max_mhz": _mhz(self.max_khz),
+                "cur_mhz": _mhz(self.cur_khz), "governor": self.governor, "capacity": self.capacity,
+                "source": self.source}
+
+
+def _mhz(khz: int | None) -> float | None:
+    return None if khz is None else khz / 1000
+
+
+def _opt(value):
+    return None if isinstance(value, Unknown) else value
+
+
+def clusters(root: Path = Path("/")) -> list[Cluster]:
+    """Cores grouped by cpufreq policy (fastest cluster first); by cpu_capacity without cpufreq;
+    one cluster of unknown speed when neither can be read."""
+    base = root / CPU_DIR
+    found = []
+    for policy in sorted((base / "cpufreq").glob("policy*")):
+        text = read_text(policy / "affected_cpus")
+        if isinstance(text, Unknown):
+            text = read_text(policy / "related_cpus")
+        if isinstance(text, Unknown):
+            continue
+        try:
+            cpus = tuple(parse_cpu_list(text.strip()))
+        except ValueError:
+            continue
+        if not cpus:
+            continue
+        gov = read_text(policy / "scaling_governor")
+        found.append(Cluster(
+            cpus, _opt(_read_int(policy / "cpuinfo_max_freq")), _opt(_read_int(policy / "scaling_cur_freq")),
+            None if isinstance(gov, Unknown) else gov.strip(),
+            _opt(_read_int(base / f"cpu{cpus[0]}" / "cpu_capacity")), f"cpufreq {policy.name}",
+        ))
+    if found:
+        return _merge_equal_speed(found)
+    cpus = online_cpus(root)
+    caps = {c: _opt(_read_int(base / f"cpu{c}" / "cpu_capacity")) for c in cpus}
+    if all(v is not None for v in caps.values()) and caps:
+        groups: dict[int, list[int]] = {}
+        for c, cap in caps.items():
+            groups.setdefault(cap, []).append(c)
+        return [Cluster(tuple(v), None, None, None, cap, "cpu_capacity (no cpufreq)")
+                for cap, v in sorted(groups.items(), key=lambda kv: -kv[0])]
+    reason = f"no readable {base / 'cpufreq'}/policy*"
+    return [Cluster(tuple(cpus), None, None, None, None, f"unknown: {reason}")]
+
+
+def _merge_equal_speed(policies: list[Cluster]) -> list[Cluster]:
+    """Policies of equal maximum frequency and capacity form one cluster (a server often has a policy per core)."""
+    merged: dict[tuple, list[Cluster]] = {}
+    for p in policies:
+        merged.setdefault((p.max_khz, p.capacity), []).append(p)
+    out = []
+    for (max_khz, capacity), group in merged.items():
+        cpus = tuple(sorted(c for p in group for c in p.cpus))
+        curs = [p.cur_khz for p in group if p.cur_khz is not None]
+        govs = sorted({p.governor for p in group if p.governor})
+        names = ", ".join(p.source.split()[-1] for p in group)
+        out.append(Cluster(cpus, max_khz, round(sum(curs) / len(curs)) if curs else None,
+                           "/".join(govs) or None, capacity, f"cpufreq {names}"))
+    return sorted(out, key=lambda c: (-(c.max_khz or 0), -(c.capacity or 0), c.cpus))
+
+
+def with_current_from_cpuinfo(groups: list[Cluster], root: Path = Path("/")) -> list[Cluster]:
+    """Fill in current frequency from /proc/cpuinfo where cpufreq did not give it."""
+    freqs = cluster_freqs_mhz(groups, root)
+    return [g if g.cur_khz is not None or f is None else
+            Cluster(g.cpus, g.max_khz, round(f * 1000), g.governor, g.capacity, g.source)
+            for g, f in zip(groups, freqs)]
+
+
+def clusters_known(groups: list[Cluster]) -> bool:
+    return not (len(groups) == 1 and groups[0].source.startswith("unknown"))
+
+
+def clusters_of(cpus: list[int], groups: list[Cluster]) -> list[Cluster]:
+    """The clusters a set of CPUs touches."""
+    wanted = set(cpus)
+    return [g for g in groups if wanted & set(g.cpus)]
+
+
+def spans_mixed_clusters(cpus: list[int], groups: list[Cluster]) -> bool:
+    """True when the CPUs touch clusters of different speed: results would mix core types."""
+    touched = clusters_of(cpus, groups)
+    speeds = {(g.max_khz, g.capacity) for g in touched}
+    return len(touched) > 1 and len(speeds) > 1
+
+
+def taskset_advice(groups: list[Cluster]) -> dict:
+    """The mask of the fastest cluster and a command to paste (MNN's `taskset c0 ...` form)."""
+    if not clusters_known(groups):
+        return {"command": None, "mask": None, "threads": None,
+                "why": f"cores cannot be told apart ({groups[0].source}); all CPUs are used"}
+    fastest = groups[0]
+    same = [g for g in groups if (g.max_khz, g.capacity) == (fastest.max_khz, fastest.capacity)]
+    cpus = sorted(c for g in same for c in g.cpus)
+    mask = sum(1 << c for c in cpus)
+    if len(same) == len(groups):
+        why = f"all CPUs are alike (one cluster, from {fastest.source.split(' (')[0]})"
+    else:
+        speed = f"{fastest.max_khz / 1000:.0f} MHz max" if fastest.max_khz else "max unknown"
+        why = (f"CPUs {','.join(map(str, cpus))} are the fastest cluster ({speed}"
+               + (f", capacity {fastest.capacity}" if fastest.capacity else "") + ")")
+    return {"command": f"taskset {mask:x} gemvbw sweep --threads {len(cpus)}", "mask": f"{mask:x}",
+            "threads": len(cpus), "cpus": cpus, "why": why}
+
+
+def temperatures(root: Path = Path("/")) -> list[dict] | Unknown:
+    """Thermal zones (type and degrees C) that can be read without root."""
+    zones = sorted((root / "sys/class/thermal").glob("thermal_zone*"))
+    out = []
+    for zone in zones:
+        temp = _read_int(zone / "temp")
+        if isinstance(temp, Unknown):
+            continue
+        kind = read_text(zone / "type")
+        out.append({"zone": zone.name, "type": None if isinstance(kind, Unknown) else kind.strip(),
+                    "celsius": temp / 1000})
+    if out:
+        return out
+    if root == Path("/"):
+        try:
+            import psutil
+
+            sensors = psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
+            out = [{"zone": name, "type": s.label or name, "celsius": s.current}
+                   for name, entries in sensors.items() for s in entries]
+            if out:
+                return out
+        except Exception:
+            pass
+    return Unknown("no readable /sys/class/thermal/thermal_zone*/temp and no psutil sensor" if not zones
+                   else "thermal zones exist but their temp files cannot be read")
+
+
+def cluster_freqs_mhz(groups: list[Cluster], root: Path = Path("/")) -> list[float | None]:
+    """Current frequency per cluster now (cpufreq scaling_cur_freq, else /proc/cpuinfo 'cpu MHz')."""
+    out: list[float | None] = []
+    cpuinfo = None
+    for g in groups:
+        value = _read_int(root / CPU_DIR / f"cpu{g.cpus[0]}" / "cpufreq" / "scaling_cur_freq")
+        if isinstance(value, Unknown):
+            if cpuinfo is None:
+                text = read_text(root / "proc/cpuinfo")
+                cpuinfo = [] if isinstance(text, Unknown) else parse_cpuinfo(text)
+            mhz = [float(s["cpu MHz"]) for s in cpuinfo if "cpu MHz" in s and s.get("processor", "").isdigit()
+                   and int(s["processor"]) in g.cpus]
+            out.append(sum(mhz) / len(mhz) if mhz else None)
+        else:
+            out.append(value / 1000)
+    return out
+
+
+def max_temperature(root: Path = Path("/")) -> float | None:
+    temps = temperatures(root)
+    return None if isinstance(temps, Unknown) else max(t["celsius"] for t in temps)

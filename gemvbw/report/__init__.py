@@ -12,7 +12,7 @@ from typing import TextIO
 
 from gemvbw.report.csv_out import CsvReporter, csv_text
 from gemvbw.report.files import write_atomic
-from gemvbw.report.json_out import JsonReporter, json_text
+from gemvbw.report.json_out import JsonReporter, dumps, json_text
 from gemvbw.report.mnn import MnnReporter
 
 FORMATS = ("auto", "mnn", "rich", "json", "csv")

@@ -8,8 +8,12 @@ from typing import TextIO
 from gemvbw.results import SweepRecord
 
 
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def json_text(record: SweepRecord) -> str:
-    return json.dumps(record.to_dict(), indent=2) + "\n"
+    return dumps(record.to_dict())
 
 
 class JsonReporter:

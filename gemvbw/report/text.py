@@ -26,13 +26,23 @@ def label(item: KernelResult | KernelFailure, record: SweepRecord) -> str:
 def header_lines(record: SweepRecord) -> list[str]:
     s, sysinfo = record.settings, record.system
     isa = " ".join(sysinfo.get("isa") or []) or "none of interest"
+    how = "pinned with --cpus" if s.get("cpus") else "affinity mask"
+    groups = sysinfo.get("clusters") or []
+    where = "; ".join(cluster_words(i, groups[i]) for i in sysinfo.get("affinity_clusters") or [] if i < len(groups))
     return [
         f"cpu: {sysinfo.get('cpu')} ({sysinfo.get('machine')}; {isa})",
-        f"affinity: {format_cpus(sysinfo.get('affinity') or [])}; threads {s['threads']}; "
+        f"cpus: {format_cpus(sysinfo.get('affinity') or [])} ({how}) in cluster {where}"
+        + (" -- MIXED core types" if sysinfo.get("affinity_mixed") else ""),
+        f"threads {s['threads']}; "
         f"numba {sysinfo.get('numba')} ({sysinfo.get('threading_layer')}), python {sysinfo.get('python')}",
         f"flush: {s['flush_mib']} MiB before each call" + (" (warm cache)" if not s["flush_mib"] else "")
         + f"; metadata {META_NAMES[s['meta_bytes']]}; act {s['act']}; kernel {s['kernel']}; seed {s['seed']}",
     ]
+
+
+def cluster_words(index: int, c: dict) -> str:
+    speed = f"max {c['max_mhz']:.0f} MHz" if c.get("max_mhz") else "max unknown"
+    return f"[{index}] {format_cpus(c['cpus'])}, {speed}"
 
 
 def overhead_line(record: SweepRecord) -> str:
