@@ -36,6 +36,24 @@ def usage_error(message: str) -> None:
     sys.exit(2)
 
 
+def load_preset(name: str, flag: str):
+    from gemvbw.models import PresetError, load
+
+    try:
+        return load(name)
+    except PresetError as exc:
+        usage_error(f"{flag}: {exc}")
+
+
+def check_path(path: str, flag: str) -> None:
+    from gemvbw.settings import SettingsError, check_writable
+
+    try:
+        check_writable(path, flag)
+    except SettingsError as exc:
+        usage_error(str(exc))
+
+
 def pin_cpus(raw: str | None) -> list[int] | None:
     """--cpus: parse, check against the CPUs that exist, pin the process. None when not given."""
     if raw is None:
@@ -112,6 +130,11 @@ def main() -> None:
               show_default=True, help="Screen output; auto = rich on a terminal, MNN markdown when piped.")
 @click.option("--json", "json_path", metavar="PATH", help="Also write the result (schema gemvbw.sweep/1) to PATH.")
 @click.option("--csv", "csv_path", metavar="PATH", help="Also write one CSV row per kernel to PATH.")
+@click.option("--md", "md_path", metavar="PATH", help="Also write the MNN markdown tables to PATH.")
+@click.option("--shape", "shapes", multiple=True, metavar="MxK",
+              help="Sweep this shape (repeatable, e.g. --shape 4096x14336 --shape 1024x1024); one table with a shape column.")
+@click.option("--shapes-from", "shapes_from", metavar="PRESET",
+              help="Sweep the distinct shapes of a model preset (a name from configs/ or a .toml path).")
 def sweep(fmt: str, **flags) -> None:
     """Measure each bit width's GEMV on one (M, K) shape.
 
@@ -128,6 +151,13 @@ def sweep(fmt: str, **flags) -> None:
     from gemvbw.runner import Sweep
     from gemvbw.settings import SettingsError, resolve
 
+    md_path = flags.pop("md_path")
+    shapes_from = flags.pop("shapes_from")
+    if shapes_from:
+        if flags["shapes"]:
+            usage_error("--shapes-from: give --shape or --shapes-from, not both")
+        flags["shapes"] = tuple(load_preset(shapes_from, "--shapes-from").shapes)
+    flags["shapes"] = tuple(flags["shapes"]) or None
     rerun_path = flags.pop("rerun_path")
     baseline = None
     if rerun_path:
@@ -143,6 +173,9 @@ def sweep(fmt: str, **flags) -> None:
         exporters.append(report.json_file(settings.json_path))
     if settings.csv_path:
         exporters.append(report.csv_file(settings.csv_path))
+    if md_path:
+        check_path(md_path, "--md")
+        exporters.append(report.md_file(md_path))
     run = Sweep(settings, report.screen_reporter(fmt), exporters, baseline)
 
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -160,6 +193,105 @@ def sweep(fmt: str, **flags) -> None:
         click.echo(f"Error: {len(record.failures)} kernel(s) failed verification or did not run; "
                    "their rows carry no figures.", err=True)
         sys.exit(1)
+
+
+@main.command()
+@click.argument("name", metavar="NAME|PATH", required=False)
+@click.option("--config", "config_path", metavar="PATH", help="A model preset file (instead of NAME).")
+@click.option("--bits", metavar="LIST", help="Bit widths (default 8,4,3,2).")
+@click.option("--block", metavar="INT", help="Quantization block (default 64).")
+@click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
+@click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
+@click.option("--iters", metavar="INT", default="100", show_default=True, help="Timed calls per group.")
+@click.option("--reps", metavar="INT", help="Groups; the best group mean is used (default 3).")
+@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
+@click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset (default 2).")
+@click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
+@click.option("--seed", metavar="INT", help="Seed of the random weights (default 0).")
+@click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json"]), default="auto",
+              show_default=True, help="auto = rich on a terminal, markdown when piped.")
+@click.option("--json", "json_path", metavar="PATH", help="Also write the result (sweep record plus 'model').")
+@click.option("--csv", "csv_path", metavar="PATH", help="Also write one CSV row per measured shape and width.")
+@click.option("--md", "md_path", metavar="PATH", help="Also write the markdown tables.")
+def model(name: str | None, config_path: str | None, fmt: str, md_path: str | None, **flags) -> None:
+    """Measure every decode GEMV of a model preset and turn it into time and tokens per second.
+
+    Each distinct shape is measured once per bit width (layers share shapes) and multiplied
+    by how often it runs per token. Presets: the files in configs/ (gemvbw model --list).
+    """
+    if (name is None) == (config_path is None):
+        usage_error("model: give a preset NAME (e.g. qwen3-0.6b) or --config PATH, one of them; "
+                    "known presets: " + ", ".join(sorted(_preset_names())))
+    cpus = pin_cpus(flags.pop("cpus"))
+    preset = load_preset(config_path or name, "--config" if config_path else "NAME")
+    require_numba()
+    from gemvbw import report
+    from gemvbw.models import token_summary
+    from gemvbw.report import model_view
+    from gemvbw.runner import Sweep
+    from gemvbw.settings import SettingsError, resolve
+
+    flags["shapes"] = tuple(preset.shapes)
+    try:
+        settings = replace(resolve(flags), cpus=cpus)
+    except SettingsError as exc:
+        usage_error(str(exc))
+    if md_path:
+        check_path(md_path, "--md")
+    screen = report.resolve_format(fmt, sys.stdout)
+    summaries: list = []
+
+    def doc_of(record):
+        doc = record.to_dict()
+        doc["model"] = {"name": preset.name, "source": preset.source, "path": preset.path, "layers": preset.layers,
+                        "hidden_size": preset.hidden_size, "caveat": model_view.CAVEAT,
+                        "per_bits": [s.to_dict() for s in summaries]}
+        return doc
+
+    exporters = []
+    if settings.json_path:
+        exporters.append(lambda rec: report.write_atomic(settings.json_path, report.dumps(doc_of(rec))))
+    if settings.csv_path:
+        exporters.append(report.csv_file(settings.csv_path))
+    if md_path:
+        exporters.append(lambda rec: report.write_atomic(md_path, report.mnn_text(rec) + "\n"
+                                                         + model_view.markdown(preset, summaries)))
+    run = Sweep(settings, report.screen_reporter("mnn" if screen == "json" else screen,
+                                                 sys.stderr if screen == "json" else None), exporters)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    code = 0
+    try:
+        record = run.run()
+    except (KeyboardInterrupt, Terminated) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 143
+        record = run.interrupted("SIGINT (Ctrl-C)" if code == 130 else "SIGTERM")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for bits in settings.bits:
+        measured = {(r.M, r.K): (r.logical_bytes, r.best_avg_us) for r in record.results if r.bits == bits}
+        if all(shape in measured for shape in preset.shapes):  # a width with a failed or missing shape has no total
+            summaries.append(token_summary(preset, bits, measured, record.roofline.read.gbps))
+    for export in exporters:
+        export(record)
+    if screen == "json":
+        click.echo(report.dumps(doc_of(record)), nl=False)
+    elif screen == "rich":
+        from rich.console import Console
+
+        model_view.print_rich(Console(), preset, summaries)
+    else:
+        click.echo(model_view.markdown(preset, summaries), nl=False)
+    if record.failures:
+        click.echo(f"Error: {len(record.failures)} kernel(s) failed verification; widths with a failed shape have "
+                   "no per-token total.", err=True)
+        code = code or 1
+    sys.exit(code)
+
+
+def _preset_names() -> list[str]:
+    from gemvbw.models import available
+
+    return list(available())
 
 
 @main.command()
@@ -263,7 +395,91 @@ def soak(seconds: float, interval: float, fmt: str, **flags) -> None:
     sys.exit(code)
 
 
-RERUN_KEYS = ("M", "K", "bits", "block", "threads", "iters", "reps", "flush_mib", "meta_bytes", "act", "kernel",
+def load_result(path: str, flag: str) -> dict:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        usage_error(f"{flag}: cannot read {path!r} ({exc.strerror})")
+    except ValueError as exc:
+        usage_error(f"{flag}: {path!r} is not JSON ({exc}); give a file written by gemvbw sweep/model --json")
+    if not isinstance(doc, dict) or doc.get("schema") != "gemvbw.sweep/1":
+        usage_error(f"{flag}: {path!r} is not a gemvbw.sweep/1 result; give a file written by gemvbw sweep/model --json")
+    return doc
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, metavar="A.json B.json ...")
+@click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json"]), default="auto", show_default=True)
+def compare(files: tuple[str, ...], fmt: str) -> None:
+    """Results of several runs side by side (same shape, width and variant matched up), with ratios to the first.
+
+    Settings or machines that differ between the runs are marked.
+    """
+    from gemvbw.compare import compare as compare_docs
+    from gemvbw.report import dumps, resolve_format
+
+    if len(files) < 2:
+        usage_error("compare: give at least two result files, e.g. gemvbw compare before.json after.json")
+    docs = [load_result(f, "compare") for f in files]
+    cmp = compare_docs(docs, list(files))
+    screen = resolve_format(fmt, sys.stdout)
+    if screen == "json":
+        click.echo(dumps(cmp.to_dict()), nl=False)
+        return
+    header = ["shape", "type", "variant"] + [f"GB/s [{i}]" for i in range(len(files))] + \
+             [f"[{i}]/[0]" for i in range(1, len(files))]
+    rows = []
+    for row in cmp.rows:
+        M, K, bits, _, act, variant = row.key
+        rows.append([f"{M}x{K}", f"w{bits}" + ("" if act == "f32" else f" {act}"), str(variant)]
+                    + ["-" if v is None else f"{v:.2f}" for v in row.eff_gbps]
+                    + ["-" if v is None else f"{v:.2f}x" for v in row.ratios[1:]])
+    for i, f in enumerate(files):
+        click.echo(f"[{i}] {f} ({docs[i].get('created', '?')}, {docs[i].get('system', {}).get('cpu', '?')})")
+    if screen == "rich":
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+        for i, col in enumerate(header):
+            table.add_column(col, justify="left" if i < 3 else "right")
+        for r in rows:
+            table.add_row(*r)
+        Console().print(table)
+    else:
+        click.echo(" | ".join(header))
+        click.echo("|".join("---" for _ in header))
+        for r in rows:
+            click.echo(" | ".join(r))
+    for diff in cmp.differences:
+        click.echo(f"! differs: {diff}")
+    if not cmp.differences:
+        click.echo("same settings and machine facts in every file")
+
+
+@main.command()
+@click.argument("result", metavar="RESULT.json")
+@click.option("-o", "--output", "out", required=True, metavar="FILE.png", help="Where to write the chart.")
+def plot(result: str, out: str) -> None:
+    """Draw the roofline (eff GB/s against arithmetic intensity, read and memcpy ceilings) of a result;
+    for a model result also the time per token by projection. Needs matplotlib (pip install 'gemvbw[plot]')."""
+    from gemvbw.plot import PlotUnavailable, plot as draw
+
+    doc = load_result(result, "plot")
+    check_path(out, "-o")
+    try:
+        draw(doc, out)
+    except PlotUnavailable as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"wrote {out}")
+
+
+RERUN_KEYS = ("shapes", "bits", "block", "threads", "iters", "reps", "flush_mib", "meta_bytes", "act", "kernel",
               "seed", "max_seconds", "llc_mib", "compare_warm")  # --cpus is not repeated: pin as you did then
 
 
@@ -289,6 +505,11 @@ def settings_as_flags(doc: dict) -> dict:
     for key in RERUN_KEYS:
         value = s.get(key)
         if value is None or value is False:
+            continue
+        if key == "shapes":
+            flags[key] = tuple(tuple(s) for s in value) if len(value) > 1 else None
+            if len(value) == 1:
+                flags["M"], flags["K"] = value[0]
             continue
         flags[key] = ",".join(map(str, value)) if isinstance(value, list) else value
     return flags

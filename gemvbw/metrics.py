@@ -88,3 +88,12 @@ def spread(values) -> float:
 def ratio(value: float, base: float) -> float:
     """value / base, as used for speed-ups and latency ratios."""
     return value / base
+
+
+def bound_seconds(bytes_per_token: int, read_gbps: float) -> float:
+    """The least time reading bytes_per_token can take at the read roofline."""
+    return bytes_per_token / (read_gbps * 1e9)
+
+
+def tokens_per_s(seconds_per_token: float) -> float:
+    return 1.0 / seconds_per_token

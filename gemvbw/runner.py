@@ -71,9 +71,9 @@ class Sweep:
             llc, llc_source = s.llc_mib << 20, "--llc-mib"
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
-                                   s.block, s.K, rec.system["affinity_mixed"]))
+                                   s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"]))
         per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
-        total = sum(per_width) * s.reps * (2 if s.compare_warm else 1)
+        total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)
 
         rec.overhead = measure_call_overhead(s.threads)
@@ -85,14 +85,15 @@ class Sweep:
         flusher = CacheFlusher(s.flush_mib)
         self.no_flush = CacheFlusher(0)
         self.sampler = Sampler(rec.system["affinity"])
-        x = random_activations(s.K, s.seed)
-        y = np.empty(s.M, dtype=np.float32)
-        for bits in s.bits:
-            qm = random_quantized(s.M, s.K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
-            reference = reference_gemv(qm, x)
-            for spec in specs_for(bits, s, rec):
-                self._measure(spec, qm, x, y, reference, flusher, llc)
-            del qm, reference
+        for M, K in s.shape_list:
+            x = random_activations(K, s.seed)
+            y = np.empty(M, dtype=np.float32)
+            for bits in s.bits:
+                qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
+                reference = reference_gemv(qm, x)
+                for spec in specs_for(bits, s, rec):
+                    self._measure(spec, qm, x, y, reference, flusher, llc)
+                del qm, reference
         rec.partial = False
         self._compare()
         self.reporter.finish(rec)

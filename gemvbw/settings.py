@@ -81,11 +81,17 @@ class Settings:
     max_seconds: float = 0.0  # > 0: add groups until they agree, for at most this long per kernel
     llc_mib: int | None = None  # overrides the last-level cache size read from /sys
     cpus: list[int] | None = None  # pinned with --cpus (None: the affinity mask as inherited)
+    shapes: tuple[tuple[int, int], ...] = ()  # (M, K) pairs swept in order; () means just (M, K)
+
+    @property
+    def shape_list(self) -> list[tuple[int, int]]:
+        return list(self.shapes) if self.shapes else [(self.M, self.K)]
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bits"] = list(self.bits)
         d["cpus"] = None if self.cpus is None else list(self.cpus)
+        d["shapes"] = [list(s) for s in self.shape_list]
         return d
 
 
@@ -111,6 +117,17 @@ def parse_int(name: str, raw: str, from_env: bool, minimum: int = 1) -> int:
         bound = "positive" if minimum == 1 else f"at least {minimum}"
         raise SettingsError(src, f"must be {bound}, got {value}; use e.g. {_example(name, from_env)}")
     return value
+
+
+_SHAPE = re.compile(r"^\s*(\d+)\s*[xX*,]\s*(\d+)\s*$")
+
+
+def parse_shape(raw: str, source: str = "--shape") -> tuple[int, int]:
+    """'4096x14336' -> (4096, 14336)."""
+    m = _SHAPE.match(raw)
+    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+        raise SettingsError(source, f"{raw!r} is not MxK with positive M and K; use e.g. {source} 4096x14336")
+    return int(m.group(1)), int(m.group(2))
 
 
 def parse_seconds(raw: str) -> float:
@@ -218,6 +235,16 @@ def resolve(
             check_writable(str(path), "--json" if key == "json_path" else "--csv")
         values[key] = path
 
+    shapes = flags.get("shapes") or ()
+    if shapes:
+        if flags.get("M") is not None or flags.get("K") is not None:
+            raise SettingsError("--shape", "give the shapes with --shape (or --shapes-from), or one shape with --M/--K, "
+                                "not both")
+        parsed = tuple(s if isinstance(s, tuple) else parse_shape(str(s)) for s in shapes)
+        if len(set(parsed)) != len(parsed):
+            raise SettingsError("--shape", "a shape is listed twice; list each once")
+        values["shapes"] = parsed
+        values["M"], values["K"] = parsed[0]
     settings = Settings(**values)  # type: ignore[arg-type]
     check_memory(settings, system.available_memory_bytes() if available_bytes is None else available_bytes)
     return settings
@@ -244,8 +271,9 @@ def weight_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:
 def memory_needed(s: Settings) -> int:
     """Peak bytes a sweep holds at once: the largest matrix, x and y, flush buffer and verification,
     or the roofline buffers, whichever is larger (they are never alive together)."""
-    biggest = max(weight_bytes(s.M, s.K, b, s.block, s.meta_bytes) for b in s.bits)
-    sweep = biggest + 8 * (s.M + s.K) * 4 + (s.flush_mib << 20) + VERIFY_BYTES
+    biggest = max(weight_bytes(M, K, b, s.block, s.meta_bytes) for b in s.bits for M, K in s.shape_list)
+    vectors = max(8 * (M + K) * 4 for M, K in s.shape_list)
+    sweep = biggest + vectors + (s.flush_mib << 20) + VERIFY_BYTES
     return max(sweep, ROOFLINE_BYTES + (s.flush_mib << 20))
 
 
@@ -255,9 +283,10 @@ def check_memory(s: Settings, available: int | None) -> None:
     need = memory_needed(s)
     if need > available:
         worst = max(s.bits, key=lambda b: weight_bytes(s.M, s.K, b, s.block, s.meta_bytes))
+        M, K = max(s.shape_list, key=lambda mk: mk[0] * mk[1])
         raise SettingsError(
-            "--M/--K",
-            f"M={s.M} x K={s.K} needs about {need / 1e9:.1f} GB at once (w{worst} weights, buffers, "
+            "--shape" if s.shapes else "--M/--K",
+            f"M={M} x K={K} needs about {need / 1e9:.1f} GB at once (w{worst} weights, buffers, "
             f"verification) but {available / 1e9:.1f} GB is available; reduce M or K, or drop {worst} from --bits",
         )
 

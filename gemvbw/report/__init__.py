@@ -13,7 +13,7 @@ from typing import TextIO
 from gemvbw.report.csv_out import CsvReporter, csv_text
 from gemvbw.report.files import write_atomic
 from gemvbw.report.json_out import JsonReporter, dumps, json_text
-from gemvbw.report.mnn import MnnReporter
+from gemvbw.report.mnn import MnnReporter, mnn_text
 
 FORMATS = ("auto", "mnn", "rich", "json", "csv")
 
@@ -45,3 +45,8 @@ def json_file(path: str):
 
 def csv_file(path: str):
     return lambda record: write_atomic(path, csv_text(record))
+
+
+def md_file(path: str):
+    """MNN-style markdown of the whole record (what `gemvbw sweep | cat` prints)."""
+    return lambda record: write_atomic(path, mnn_text(record))

@@ -10,6 +10,27 @@ from gemvbw.report.text import (
 )
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
 
+
+def multi_shape(record: SweepRecord) -> bool:
+    return len(record.settings.get("shapes") or []) > 1
+
+
+def mnn_text(record: SweepRecord) -> str:
+    """The whole MNN-style markdown for a record, as the streaming reporter would have printed it."""
+    import io
+
+    out = io.StringIO()
+    rep = MnnReporter(out)
+    rep.start(record, 0)
+    if record.roofline is not None:
+        rep.roofline(record)
+    for r in record.results:
+        rep.result(record, r)
+    for f in record.failures:
+        rep.failure(record, f)
+    rep.finish(record)
+    return out.getvalue()
+
 GEMV_HEADER = "type | thr | us/iter | W MiB | bytes/elem | eff GB/s | %peak | GFLOPS | AI (op/B)"
 GEMV_RULE = "-----|----:|--------:|------:|-----------:|---------:|------:|-------:|---------:"
 STATS_HEADER = "type | variant | best avg us | mean us | sd us | median us | group means us (sd) | cv % | %read | max rel err"
@@ -58,24 +79,34 @@ class MnnReporter:
             return
         s = record.settings
         cache = f"cold cache ({s['flush_mib']} MiB flush)" if s["flush_mib"] else "warm cache (no flush)"
-        self._print(f"## GEMV: y = W({s['M']}x{s['K']}) * x({s['K']}), block={s['block']}, {cache}, "
-                    f"best of {s['reps']} x {s['iters']}")
-        self._print(GEMV_HEADER)
-        self._print(GEMV_RULE)
+        if multi_shape(record):
+            self._print(f"## GEMV: y = W(MxK) * x(K) for {len(s['shapes'])} shapes, block={s['block']}, {cache}, "
+                        f"best of {s['reps']} x {s['iters']}")
+            self._print("shape | " + GEMV_HEADER)
+            self._print("-----:|" + GEMV_RULE)
+        else:
+            self._print(f"## GEMV: y = W({s['M']}x{s['K']}) * x({s['K']}), block={s['block']}, {cache}, "
+                        f"best of {s['reps']} x {s['iters']}")
+            self._print(GEMV_HEADER)
+            self._print(GEMV_RULE)
         self._table_open = True
+
+    @staticmethod
+    def _shape(record: SweepRecord, item) -> str:
+        return f"{item.M}x{item.K} | " if multi_shape(record) else ""
 
     def group_done(self, label, index, group) -> None:
         pass
 
     def result(self, record: SweepRecord, r: KernelResult) -> None:
         self._open_table(record)
-        self._print(f"{label(r, record):<4} | {r.threads:3d} | {r.best_avg_us:7.1f} | {r.w_mib:5.1f} | "
+        self._print(f"{self._shape(record, r)}{label(r, record):<4} | {r.threads:3d} | {r.best_avg_us:7.1f} | {r.w_mib:5.1f} | "
                     f"{r.bytes_per_elem:10.4f} | {r.eff_gbps:8.2f} | {r.pct_peak:5.1f} | {r.gflops:6.2f} | "
                     f"{r.ai:9.2f}")
 
     def failure(self, record: SweepRecord, f: KernelFailure) -> None:
         self._open_table(record)
-        self._print(f"{label(f, record):<4} | {record.settings['threads']:3d} | {f.message} (variant {f.variant}; no figures)")
+        self._print(f"{self._shape(record, f)}{label(f, record):<4} | {record.settings['threads']:3d} | {f.message} (variant {f.variant}; no figures)")
 
     def finish(self, record: SweepRecord) -> None:
         if record.interrupted:
@@ -85,12 +116,12 @@ class MnnReporter:
         if record.results:
             self._print()
             self._print("## Statistics (per kernel: all groups, all iterations)")
-            self._print(STATS_HEADER)
-            self._print(STATS_RULE)
+            self._print(("shape | " if multi_shape(record) else "") + STATS_HEADER)
+            self._print(("-----:|" if multi_shape(record) else "") + STATS_RULE)
             for r in record.results:
                 m = r.measurement
                 groups = ", ".join(f"{g.mean_us:.1f} ({g.sd_us:.1f})" for g in m.groups)
-                self._print(f"{label(r, record)} | {r.variant} | {r.best_avg_us:.1f} | {m.overall_mean_us:.1f} | "
+                self._print(f"{self._shape(record, r)}{label(r, record)} | {r.variant} | {r.best_avg_us:.1f} | {m.overall_mean_us:.1f} | "
                             f"{m.overall_sd_us:.1f} | {m.median_us:.1f} | {groups} | {100 * m.cv:.1f} | "
                             f"{r.pct_read:.1f} | {r.max_rel_err:.1e}")
         warm = warm_rows(record)

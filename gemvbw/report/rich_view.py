@@ -89,15 +89,20 @@ class RichReporter:
         table = Table(title="GEMV: eff GB/s against the rooflines", title_justify="left",
                       box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
                       pad_edge=False)
-        for col in ("type", "thr", "us/iter", "W MiB", "B/elem", "eff GB/s", "%peak", "%read", "GFLOPS", "AI"):
-            table.add_column(col, justify="left" if col == "type" else "right", no_wrap=True)
+        multi = len(record.settings.get("shapes") or []) > 1
+        cols = (("shape",) if multi else ()) + ("type", "thr", "us/iter", "W MiB", "B/elem", "eff GB/s", "%peak",
+                                                 "%read", "GFLOPS", "AI")
+        for col in cols:
+            table.add_column(col, justify="left" if col in ("type", "shape") else "right", no_wrap=True)
         for r in record.results:
             flag = " [yellow]![/]" if r.notes else ""
-            table.add_row(label(r, record) + flag, str(r.threads), f"{r.best_avg_us:.1f}", f"{r.w_mib:.1f}",
+            shape = (f"{r.M}x{r.K}",) if multi else ()
+            table.add_row(*shape, label(r, record) + flag, str(r.threads), f"{r.best_avg_us:.1f}", f"{r.w_mib:.1f}",
                           f"{r.bytes_per_elem:.4f}", f"{r.eff_gbps:.2f}", f"{r.pct_peak:.1f}",
                           f"{r.pct_read:.1f} {read_bar(r.pct_read)}", f"{r.gflops:.2f}", f"{r.ai:.2f}")
         for f in record.failures:
-            table.add_row(f"[red]{label(f, record)}[/]", "", "[red]failed[/]", "", "", "", "", "", "", "")
+            shape = (f"{f.M}x{f.K}",) if multi else ()
+            table.add_row(*shape, f"[red]{label(f, record)}[/]", "", "[red]failed[/]", "", "", "", "", "", "", "")
         return table
 
     @staticmethod

@@ -1,0 +1,60 @@
+"""The per-token view of a model run: a table per bit width and the summary, as markdown or rich."""
+
+from __future__ import annotations
+
+from gemvbw.models import Preset, TokenSummary
+
+CAVEAT = ("GEMVs only: attention over the KV cache, norms, rotary embeddings, the embedding lookup and "
+          "sampling are not included, so tokens/s here is an upper bound on decode speed.")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def summary_lines(preset: Preset, s: TokenSummary) -> list[str]:
+    return [
+        f"weight bytes per token: {s.bytes_per_token / 1e6:.1f} MB (sum over projections x count per token)",
+        f"measured GEMV time per token: {1e3 * s.gemv_s_per_token:.2f} ms -> {s.tokens_per_s:.1f} tokens/s",
+        f"bandwidth bound: {s.bytes_per_token / 1e6:.1f} MB / {s.read_gbps:.1f} GB/s (read roofline) = "
+        f"{1e3 * s.bound_s_per_token:.2f} ms -> {s.bound_tokens_per_s:.1f} tokens/s",
+        f"the kernels reach {s.pct_of_bound:.0f}% of the bound ({1e3 * (s.gemv_s_per_token - s.bound_s_per_token):.2f} "
+        "ms per token above it)",
+    ]
+
+
+def markdown(preset: Preset, summaries: list[TokenSummary]) -> str:
+    lines = [f"## Model {preset.name}: {preset.layers} layers, hidden {preset.hidden_size} ({preset.source})", ""]
+    for s in summaries:
+        lines.append(f"### w{s.bits}")
+        lines.append("projection | shape | per token | W MiB | us/call | eff GB/s | %read | share of token")
+        lines.append("-----------|------:|----------:|------:|--------:|---------:|------:|---------------:")
+        for r in s.rows:
+            p = r.projection
+            lines.append(f"{p.name} | {p.M}x{p.K} | {r.per_token} | {_mib(r.logical_bytes)} | {r.best_avg_us:.1f} | "
+                         f"{r.eff_gbps:.2f} | {r.pct_read:.1f} | {100 * r.share:.1f}%")
+        lines.append("")
+        lines.extend(f"- {line}" for line in summary_lines(preset, s))
+        lines.append("")
+    lines.append(f"Note: {CAVEAT}")
+    return "\n".join(lines) + "\n"
+
+
+def print_rich(console, preset: Preset, summaries: list[TokenSummary]) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console.rule(f"Model {preset.name}: {preset.layers} layers, hidden {preset.hidden_size}")
+    for s in summaries:
+        table = Table(title=f"w{s.bits}: per projection", title_justify="left", box=box.SIMPLE_HEAD,
+                      padding=(0, 0, 0, 1), pad_edge=False)
+        for col in ("projection", "shape", "per tok", "W MiB", "us/call", "eff GB/s", "%read", "share"):
+            table.add_column(col, justify="left" if col == "projection" else "right")
+        for r in s.rows:
+            p = r.projection
+            table.add_row(p.name, f"{p.M}x{p.K}", str(r.per_token), _mib(r.logical_bytes), f"{r.best_avg_us:.1f}",
+                          f"{r.eff_gbps:.2f}", f"{r.pct_read:.1f}", f"{100 * r.share:.1f}%")
+        console.print(table)
+        for line in summary_lines(preset, s):
+            console.print(f"  {line}", highlight=False)
+    console.print(CAVEAT, style="yellow", highlight=False)

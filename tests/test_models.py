@@ -1,0 +1,212 @@
+"""Model presets, per-token arithmetic, multi-shape sweeps, compare and plot."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from gemvbw import metrics, models
+from gemvbw.cli import main
+
+PRESETS = ["llama-3-8b", "llama-3.2-1b", "qwen3-0.6b", "qwen3-8b", "mistral-7b", "phi-3-mini", "tinyllama-1.1b"]
+
+TINY_MODEL = """
+name = "Tiny"
+source = "made up for the tests"
+hidden_size = 128
+layers = 3
+vocab_size = 512
+tie_word_embeddings = true
+published_params = 1
+[[projection]]
+name = "qkv"
+M = 384
+K = 128
+[[projection]]
+name = "o"
+M = 128
+K = 128
+count = 2
+[[projection]]
+name = "head"
+M = 512
+K = 128
+scope = "token"
+"""
+
+
+def run(args, **kw):
+    return CliRunner().invoke(main, args, catch_exceptions=False, **kw)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_parses_and_counts_its_parameters(name):
+    p = models.load(name)
+    assert p.source.startswith("https://huggingface.co/")
+    assert p.layers > 0 and p.projections[-1].name == "lm_head" and p.projections[-1].scope == "token"
+    assert abs(p.param_count() / p.published_params - 1) < 0.02, (p.param_count(), p.published_params)
+
+
+def test_grouped_query_attention_shapes():
+    p = models.load("llama-3-8b")
+    shapes = {q.name: (q.M, q.K) for q in p.projections}
+    assert shapes["k_proj"] == shapes["v_proj"] == (1024, 4096)  # 8 KV heads x 128
+    assert shapes["q_proj"] == (4096, 4096) and shapes["down_proj"] == (4096, 14336)
+    assert p.shapes == [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+    q = {x.name: (x.M, x.K) for x in models.load("qwen3-0.6b").projections}
+    assert q["q_proj"] == (2048, 1024) and q["o_proj"] == (1024, 2048)  # head_dim 128 x 16 heads != hidden 1024
+
+
+def test_every_shipped_preset_is_listed():
+    assert set(PRESETS) <= set(models.available())
+
+
+def test_user_preset_by_path_and_by_name(tmp_path, monkeypatch):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    assert models.load(str(path)).name == "Tiny"
+    monkeypatch.setenv("GEMVBW_CONFIG_DIR", str(tmp_path))
+    assert models.load("TINY").name == "Tiny"
+
+
+@pytest.mark.parametrize("text,fragment", [("name = 'x'", "missing or malformed"),
+                                           (TINY_MODEL.replace("M = 128\nK = 128\ncount = 2", "M = 0\nK = 128"),
+                                            "positive M, K"),
+                                           ("not toml [", "bad.toml")])
+def test_bad_preset(tmp_path, text, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(models.PresetError, match=fragment):
+        models.load(str(path))
+    with pytest.raises(models.PresetError, match="no preset named"):
+        models.load("no-such-model")
+
+
+def test_per_token_arithmetic_by_hand(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    p = models.load(str(path))
+    # made-up measurements: (logical bytes, best_avg_us) per distinct shape
+    measured = {(384, 128): (30_000, 10.0), (128, 128): (10_000, 4.0), (512, 128): (40_000, 20.0)}
+    s = models.token_summary(p, 4, measured, read_gbps=10.0)
+    # per token: qkv 3 calls, o 2 x 3 = 6 calls, head 1 call
+    assert [r.per_token for r in s.rows] == [3, 6, 1]
+    assert s.bytes_per_token == 3 * 30_000 + 6 * 10_000 + 40_000 == 190_000
+    assert s.gemv_s_per_token == pytest.approx((3 * 10 + 6 * 4 + 20) * 1e-6)  # 74 us
+    assert s.tokens_per_s == pytest.approx(1 / 74e-6)
+    assert s.bound_s_per_token == pytest.approx(190_000 / 10e9)  # 19 us
+    assert s.pct_of_bound == pytest.approx(100 * 19 / 74)
+    assert [r.share for r in s.rows] == pytest.approx([30 / 74, 24 / 74, 20 / 74])
+    assert s.rows[0].eff_gbps == pytest.approx(metrics.eff_gbps(30_000, 10e-6))
+
+
+def test_model_command_end_to_end(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    md, js = tmp_path / "m.md", tmp_path / "m.json"
+    res = run(["model", "--config", str(path), "--bits", "4,2", "--iters", "3", "--reps", "1", "--flush-mib", "1",
+               "--threads", "1", "--format", "mnn", "--md", str(md), "--json", str(js)])
+    assert res.exit_code == 0, res.output
+    assert "## Model Tiny: 3 layers" in res.stdout and "### w4" in res.stdout and "### w2" in res.stdout
+    assert "upper bound on decode speed" in res.stdout
+    doc = json.loads(js.read_text())
+    assert [s["bits"] for s in doc["model"]["per_bits"]] == [4, 2]
+    s = doc["model"]["per_bits"][0]
+    measured = {(r["M"], r["K"]): r for r in doc["results"] if r["bits"] == 4}
+    assert len(measured) == 3  # each distinct shape measured once
+    expected_ms = (3 * measured[(384, 128)]["best_avg_us"] + 6 * measured[(128, 128)]["best_avg_us"]
+                   + measured[(512, 128)]["best_avg_us"]) / 1e3
+    assert s["gemv_ms_per_token"] == pytest.approx(expected_ms)
+    assert s["bound_ms_per_token"] == pytest.approx(1e3 * s["bytes_per_token"] / (doc["roofline"]["read_gbps"] * 1e9))
+    assert "### w4" in md.read_text() and "| type | thr |" in md.read_text()
+
+
+def test_model_needs_a_name_or_config():
+    res = run(["model"])
+    assert res.exit_code == 2 and "qwen3-0.6b" in res.stderr
+    res = run(["model", "nope"])
+    assert res.exit_code == 2 and "no preset named 'nope'" in res.stderr
+
+
+SWEEP = ["sweep", "--bits", "4", "--iters", "2", "--reps", "1", "--flush-mib", "0", "--threads", "1"]
+
+
+def test_sweep_several_shapes_one_table():
+    res = run(SWEEP + ["--shape", "64x256", "--shape", "32x128", "--format", "mnn"])
+    assert res.exit_code == 0, res.output
+    assert "shape | type | thr | us/iter" in res.stdout
+    rows = [l for l in res.stdout.splitlines() if l.startswith(("64x256 |", "32x128 |"))]
+    assert [r.split(" |")[0] for r in rows][:2] == ["64x256", "32x128"]
+
+
+def test_sweep_shapes_from_preset(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    res = run(SWEEP + ["--shapes-from", str(path), "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert [(r["M"], r["K"]) for r in doc["results"]] == [(384, 128), (128, 128), (512, 128)]
+    assert doc["settings"]["shapes"] == [[384, 128], [128, 128], [512, 128]]
+
+
+@pytest.mark.parametrize("args,fragment", [(["--shape", "10"], "--shape: '10' is not MxK"),
+                                           (["--shape", "0x5"], "is not MxK"),
+                                           (["--shape", "8x64", "--M", "8"], "not both"),
+                                           (["--shape", "8x64", "--shape", "8x64"], "listed twice"),
+                                           (["--shapes-from", "nope"], "--shapes-from: no preset named")])
+def test_bad_shapes(args, fragment):
+    res = run(SWEEP + args)
+    assert res.exit_code == 2 and fragment in res.stderr
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    a, b = d / "a.json", d / "b.json"
+    assert run(SWEEP + ["--M", "32", "--K", "128", "--bits", "4,2", "--json", str(a), "--format", "json"]).exit_code == 0
+    assert run(SWEEP + ["--M", "32", "--K", "128", "--bits", "4", "--iters", "3", "--json", str(b),
+                        "--format", "json"]).exit_code == 0
+    return a, b
+
+
+def test_compare_matches_and_marks_differences(two_runs):
+    a, b = two_runs
+    res = run(["compare", str(a), str(b), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    rows = {r["bits"]: r for r in doc["rows"]}
+    ea, eb = (json.loads(p.read_text())["results"][0]["eff_gbps"] for p in (a, b))
+    assert rows[4]["eff_gbps"] == [ea, eb]
+    assert rows[4]["ratio_to_first"] == [pytest.approx(1.0), pytest.approx(eb / ea)]
+    assert rows[2]["eff_gbps"][1] is None  # w2 only in the first run
+    assert "settings.iters: 2 vs 3" in doc["differences"]
+    res = run(["compare", str(a), str(b), "--format", "mnn"])
+    assert "! differs: settings.iters: 2 vs 3" in res.stdout and "[1]/[0]" in res.stdout
+
+
+def test_compare_errors(two_runs, tmp_path):
+    a, _ = two_runs
+    assert run(["compare", str(a)]).exit_code == 2
+    bad = tmp_path / "x.json"
+    bad.write_text("[]")
+    res = run(["compare", str(a), str(bad)])
+    assert res.exit_code == 2 and "is not a gemvbw.sweep/1 result" in res.stderr
+
+
+def test_plot_writes_a_png(two_runs, tmp_path):
+    pytest.importorskip("matplotlib")
+    a, _ = two_runs
+    out = tmp_path / "roofline.png"
+    res = run(["plot", str(a), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_plot_without_matplotlib_says_how_to_install(two_runs, tmp_path):
+    a, _ = two_runs
+    code = ("import sys; sys.modules['matplotlib'] = None; from gemvbw.cli import main; main()")
+    res = subprocess.run([sys.executable, "-c", code, "plot", str(a), "-o", str(tmp_path / "x.png")],
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "pip install 'gemvbw[plot]'" in res.stderr
