@@ -1,11 +1,13 @@
-"""--kernel auto: the fastest verified variant for this machine, measured once and cached.
+"""--kernel auto: the fastest verified variant for this machine and shape, measured once and cached.
 
-For each width, every registered variant is verified and timed warm on a small
-shape (CALIB_M x CALIB_K: it ranks kernels by how fast they compute, which is
-what distinguishes them; cold figures come from the sweep itself). The choice is
-stored in a JSON file under the user's cache directory, keyed by everything that
-could change it: CPU model and ISA flags, thread count, activation type, the
-versions of gemvbw, numba and llvmlite, and the set of variants.
+Which variant wins depends on the shape as well as the machine (a variant that
+shares work across four rows wins on long rows and can lose on short ones), so
+for each width and shape every registered variant is verified (on a small
+matrix) and timed warm on the shape itself, within a small time budget. The
+choice is stored in a JSON file under the user's cache directory, keyed by
+everything that could change it: CPU model and ISA flags, thread count,
+activation type, shape, block and metadata size, the versions of gemvbw, numba
+and llvmlite, and the set of variants.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +27,11 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.report.files import write_atomic
 from gemvbw.verify import verify
 
-CALIB_M = 1024
-CALIB_K = 4096
-CALIB_ITERS = 20
+CALIB_M = 64  # the matrix every variant is verified on before it may be timed
+CALIB_K = 1024
+CALIB_ITERS = 20  # calls per group at most
 CALIB_REPS = 3
+BUDGET_S = 0.3  # per variant: fewer calls on a slow shape
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,12 @@ def cache_path() -> Path:
     return Path(base) / "calibration.json"
 
 
-def machine_key(bits: int, act: str, threads: int) -> str:
+def machine_key(bits: int, act: str, threads: int, shape: tuple = ()) -> str:
     facts = system.describe_cpu()
     v = system.versions()
     names = ",".join(s.variant for s in kernels.variants(bits, act))
-    raw = json.dumps([facts, threads, act, bits, v["gemvbw"], v["numba"], v["llvmlite"], names], sort_keys=True)
+    raw = json.dumps([facts, threads, act, bits, list(shape), v["gemvbw"], v["numba"], v["llvmlite"], names],
+                     sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -62,42 +67,51 @@ def _load() -> dict:
         return {}  # no cache yet, or an unreadable one: measure again
 
 
-def measure(bits: int, act: str, block: int = 64, meta_bytes: int = 2) -> dict[str, float]:
-    """Best group mean (us) of every variant that passes verification, on the calibration shape."""
-    qm = random_quantized(CALIB_M, CALIB_K, bits, block, meta_bytes, seed=99)
-    x = random_activations(CALIB_K, seed=99)
-    y = np.empty(CALIB_M, dtype=np.float32)
+def measure(bits: int, act: str, qm=None, x=None) -> dict[str, float]:
+    """Best warm group mean (us) on ``qm`` (default: a small matrix) of every variant that passes verification."""
+    small = random_quantized(CALIB_M, CALIB_K, bits, 64 if qm is None else qm.block,
+                             2 if qm is None else qm.meta_bytes, seed=99)
+    small_x = random_activations(CALIB_K, seed=99)
+    if qm is None:
+        qm, x = small, small_x
+    y = np.empty(qm.M, dtype=np.float32)
     warm = CacheFlusher(0)
     timings = {}
     for spec in kernels.variants(bits, act):
         try:
-            if not verify(spec, qm, x).ok:
+            if not verify(spec, small, small_x).ok:
                 continue
         except Exception:
             continue
         run = spec.bind(qm)
-        timings[spec.variant] = time_groups(lambda: run(x, y), CALIB_ITERS, CALIB_REPS, warm).best_avg_us
+        t0 = time.perf_counter()
+        run(x, y)  # also the warm-up
+        first = time.perf_counter() - t0
+        iters = max(1, min(CALIB_ITERS, int(BUDGET_S / CALIB_REPS / max(first, 1e-9))))
+        timings[spec.variant] = time_groups(lambda: run(x, y), iters, CALIB_REPS, warm).best_avg_us
     return timings
 
 
-def choose(bits: int, act: str, threads: int) -> Choice:
-    """The variant --kernel auto runs: from the cache when this machine was calibrated, else measured now."""
+def choose(bits: int, act: str, threads: int, qm=None, x=None) -> Choice:
+    """The variant --kernel auto runs for this width (and the shape of ``qm``): from the cache when this
+    machine and shape were calibrated, else measured now on ``qm`` (a small matrix when none is given)."""
     found = kernels.variants(bits, act)
     if not found:
         raise KeyError(f"no kernel for w{bits} act={act}")
     if len(found) == 1:
         return Choice(found[0], "only variant", {})
-    key = machine_key(bits, act, threads)
+    shape = () if qm is None else (qm.M, qm.K, qm.block, qm.meta_bytes)
+    key = machine_key(bits, act, threads, shape)
     entry = _load().get(key)
     if isinstance(entry, dict) and entry.get("variant") in {s.variant for s in found}:
         return Choice(kernels.get(bits, act, entry["variant"]), "cached", entry.get("timings_us", {}))
-    timings = measure(bits, act)
+    timings = measure(bits, act, qm, x)
     if not timings:
         raise RuntimeError(f"no w{bits} variant passed verification during calibration")
     best = min(timings, key=timings.get)
     doc = _load()
     doc[key] = {"bits": bits, "act": act, "threads": threads, "variant": best, "timings_us": timings,
-                "shape": [CALIB_M, CALIB_K]}
+                "shape": list(shape) or [CALIB_M, CALIB_K]}
     try:
         cache_path().parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(cache_path()), json.dumps(doc, indent=1))

@@ -37,14 +37,16 @@ class Reporter(Protocol):
 Exporter = Callable[[SweepRecord], None]
 
 
-def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None) -> list[kernels.KernelSpec]:
-    """The variants to measure for a width; with --kernel auto, the calibrated choice (recorded)."""
+def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
+              x=None) -> list[kernels.KernelSpec]:
+    """The variants to measure for a width; with --kernel auto, the choice calibrated on this shape (recorded)."""
     if settings.kernel == "all":
         return kernels.variants(bits, settings.act)
     if settings.kernel == "auto":
-        choice = calibrate.choose(bits, settings.act, settings.threads)
+        choice = calibrate.choose(bits, settings.act, settings.threads, qm, x)
         if record is not None:
-            record.kernel_choice[f"w{bits}"] = choice.to_dict()
+            name = f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
+            record.kernel_choice[name] = choice.to_dict()
         return [choice.spec]
     return [kernels.get(bits, settings.act, settings.kernel)]
 
@@ -91,7 +93,7 @@ class Sweep:
             for bits in s.bits:
                 qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
                 reference = reference_gemv(qm, x)
-                for spec in specs_for(bits, s, rec):
+                for spec in specs_for(bits, s, rec, qm, x):
                     self._measure(spec, qm, x, y, reference, flusher, llc)
                 del qm, reference
         rec.partial = False

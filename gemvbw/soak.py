@@ -90,12 +90,12 @@ def soak(settings: Settings, seconds: float, interval: float,
     """Run one width until ``seconds`` have passed; the record grows window by window."""
     bits = settings.bits[0]
     numba.set_num_threads(settings.threads)
-    if settings.kernel == "auto":
-        spec = calibrate.choose(bits, settings.act, settings.threads).spec
-    else:
-        spec = kernels.get(bits, settings.act, settings.kernel)
     qm = random_quantized(settings.M, settings.K, bits, settings.block, settings.meta_bytes, seed=settings.seed + bits)
     x = random_activations(settings.K, settings.seed)
+    if settings.kernel == "auto":
+        spec = calibrate.choose(bits, settings.act, settings.threads, qm, x).spec
+    else:
+        spec = kernels.get(bits, settings.act, settings.kernel)
     check = verify(spec, qm, x)
     if not check.ok:
         raise RuntimeError(f"w{bits} {spec.variant} failed verification (max rel err {check.max_rel_err:.2e}); "

@@ -10,7 +10,7 @@ from gemvbw import calibrate, kernels
 @pytest.fixture
 def small_calibration(monkeypatch, tmp_path):
     monkeypatch.setenv("GEMVBW_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(calibrate, "CALIB_M", 64)
+    monkeypatch.setattr(calibrate, "CALIB_M", 16)
     monkeypatch.setattr(calibrate, "CALIB_K", 256)
     monkeypatch.setattr(calibrate, "CALIB_ITERS", 2)
     return tmp_path
@@ -32,9 +32,21 @@ def test_choice_is_measured_then_cached(small_calibration, monkeypatch):
     assert again.source == "cached" and again.spec.variant == first.spec.variant
 
 
-def test_thread_count_is_part_of_the_key(small_calibration):
+def test_thread_count_and_shape_are_part_of_the_key(small_calibration):
     assert calibrate.machine_key(4, "f32", 1) != calibrate.machine_key(4, "f32", 2)
     assert calibrate.machine_key(4, "f32", 1) != calibrate.machine_key(2, "f32", 1)
+    assert calibrate.machine_key(4, "f32", 1, (64, 256, 64, 2)) != calibrate.machine_key(4, "f32", 1, (64, 512, 64, 2))
+
+
+def test_choice_is_made_on_the_given_shape(small_calibration):
+    from gemvbw.quant import random_activations, random_quantized
+
+    qm = random_quantized(40, 320, bits=3)
+    choice = calibrate.choose(3, "f32", 1, qm, random_activations(320))
+    assert choice.source == "calibrated now"
+    doc = json.loads((small_calibration / "calibration.json").read_text())
+    assert [e["shape"] for e in doc.values()] == [[40, 320, 64, 2]]
+    assert calibrate.choose(3, "f32", 1, qm, random_activations(320)).source == "cached"
 
 
 def test_unreadable_cache_is_measured_again(small_calibration):

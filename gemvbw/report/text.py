@@ -56,7 +56,7 @@ def note_lines(record: SweepRecord) -> list[str]:
     for width, choice in record.kernel_choice.items():
         times = ", ".join(f"{v} {us:.0f} us" for v, us in sorted(choice["timings_us"].items(), key=lambda kv: kv[1]))
         lines.append(f"--kernel auto chose {choice['variant']} for {width} ({choice['source']}"
-                     + (f"; warm calibration on {calib_shape()}: {times}" if times else "") + ")")
+                     + (f"; warm calibration on this shape: {times}" if times else "") + ")")
     for r in record.results:
         for n in r.notes:
             lines.append(f"{label(r, record)}: {n.message}. Advice: {n.advice}.")
@@ -98,8 +98,3 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines += [" | ".join(r) for r in rows]
     return lines
 
-
-def calib_shape() -> str:
-    from gemvbw.calibrate import CALIB_K, CALIB_M
-
-    return f"{CALIB_M}x{CALIB_K}"
