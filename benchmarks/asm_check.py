@@ -48,7 +48,7 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     args = [a.cell_contents for a in run.__closure__ if not isinstance(a.cell_contents, numba.core.registry.CPUDispatcher)]
     # the binder closes over (codes, scale, offset, block[, chunks]) in that order; rebuild the call
     params = {"codes": qm.codes, "scale": qm.scale_raw, "offset": qm.offset_raw, "x": x, "block": qm.block, "y": y,
-              "chunks": 8}
+              "chunks": 8, "bits": spec.bits}
     names = fn.py_func.__code__.co_varnames[: fn.py_func.__code__.co_argcount]
     fresh(*[params[n] for n in names])
     del args
@@ -89,6 +89,7 @@ def analyse(asm: str) -> dict:
         "hot_fma": sum(v for k, v in ops.items() if k.startswith("vfmadd") or k.startswith("vfnmadd")),
         "hot_loads": sum(v for k, v in ops.items() if k.startswith("vpmovzx")),
         "hot_round": ops.get("vroundps", 0),
+        "madd": counts.get("vpmaddubsw", 0) + counts.get("vpmaddwd", 0),
         "hot_bad": {k: v for k, v in ops.items() if k in BAD},
         "body": body,
     }
@@ -100,19 +101,22 @@ def main(argv=None) -> int:
     ap.add_argument("--show", action="store_true", help="print the hottest loop of each variant")
     args = ap.parse_args(argv)
     status = 0
-    print("variant   | instr | ymm | hottest loop: instr  FMA  zext-loads  vroundps | int64 widening / gathers")
-    print("----------|------:|----:|-------------------------------------------------|-------------------------")
-    for bits in map(int, args.bits.split(",")):
-        for spec in kernels.variants(bits, "f32"):
-            a = analyse(fresh_asm(spec))
-            bad = ", ".join(f"{k} x{v}" for k, v in a["hot_bad"].items()) or "none"
-            print(f"w{bits} {spec.variant:6s} | {a['total_instructions']:5d} | {a['ymm']:3d} | "
-                  f"{a['hot_len']:5d} {a['hot_fma']:5d} {a['hot_loads']:8d} {a['hot_round']:9d}"
-                  f"{'':17s}| {bad}")
-            if args.show:
-                print("\n".join("    " + b for b in a["body"]))
-            if spec.variant != "ref" and (a["hot_bad"] or not a["hot_fma"]):
-                status = 1
+    print("variant       | instr | ymm | hottest loop: instr  FMA  zext-loads  vroundps | int madd | int64 widening / gathers")
+    print("--------------|------:|----:|-------------------------------------------------|---------:|-------------------------")
+    for act in ("f32", "i8"):
+        for bits in map(int, args.bits.split(",")):
+            for spec in kernels.variants(bits, act):
+                a = analyse(fresh_asm(spec))
+                bad = ", ".join(f"{k} x{v}" for k, v in a["hot_bad"].items()) or "none"
+                print(f"{f'w{bits} {act} {spec.variant}':13s} | {a['total_instructions']:5d} | {a['ymm']:3d} | "
+                      f"{a['hot_len']:5d} {a['hot_fma']:5d} {a['hot_loads']:8d} {a['hot_round']:9d}"
+                      f"{'':17s}| {a['madd']:8d} | {bad}")
+                if args.show:
+                    print("\n".join("    " + b for b in a["body"]))
+                # f32 variants must keep a vectorized FMA loop; i8 variants must use the integer multiply-adds
+                if spec.variant != "ref" and (a["hot_bad"] or (act == "f32" and not a["hot_fma"])
+                                              or (act == "i8" and not a["madd"])):
+                    status = 1
     return status
 
 

@@ -115,7 +115,8 @@ def main() -> None:
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is reported (default 3; env MNN_GEMVBW_REPS).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each timed call; 0 = warm cache (default 64).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset: 2 = fp16 (default), 4 = fp32.")
-@click.option("--act", type=click.Choice(["f32"]), default="f32", show_default=True, help="Activation type.")
+@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
+              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel, AVX2 integer dot products).")
 @click.option("--kernel", default="auto", show_default=True, metavar="auto|all|NAME",
               help="Kernel variant: auto (preferred), all (every variant), or a variant name.")
 @click.option("--seed", metavar="INT", help="Seed of the random weights and activations (default 0).")

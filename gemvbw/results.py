@@ -56,6 +56,7 @@ class KernelResult:
     notes: tuple[Note, ...] = ()
     warm: Measurement | None = None  # the same kernel with no flush (--compare-warm)
     samples: tuple = ()  # gemvbw.sampling.Sample before the first group and after each group
+    act_quant_err: float | None = None  # --act i8: error of quantizing x alone (same measure as max_rel_err)
 
     verified = True  # a result exists only for a kernel that passed verification
 
@@ -118,7 +119,7 @@ class KernelResult:
             "logical_bytes": self.logical_bytes, "stored_bytes": self.stored_bytes,
             "bytes_per_elem": self.bytes_per_elem, "eff_gbps": self.eff_gbps, "pct_peak": self.pct_peak,
             "pct_read": self.pct_read, "gflops": self.gflops, "ai": self.ai,
-            "verified": True, "max_rel_err": self.max_rel_err,
+            "verified": True, "max_rel_err": self.max_rel_err, "act_quant_err": self.act_quant_err,
             "notes": [n.to_dict() for n in self.notes],
             "samples": [s.to_dict() for s in self.samples],
             "warm": None if self.warm is None else {

@@ -20,7 +20,7 @@ from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, resul
 from gemvbw.sampling import Sampler, frequency_findings
 from gemvbw.roofline import measure_roofline
 from gemvbw.settings import Settings
-from gemvbw.verify import reference_gemv, verify
+from gemvbw.verify import activation_error, reference_gemv, verify
 
 
 class Reporter(Protocol):
@@ -92,9 +92,12 @@ class Sweep:
             y = np.empty(M, dtype=np.float32)
             for bits in s.bits:
                 qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
-                reference = reference_gemv(qm, x)
-                for spec in specs_for(bits, s, rec, qm, x):
-                    self._measure(spec, qm, x, y, reference, flusher, llc)
+                specs = specs_for(bits, s, rec, qm, x)
+                reference = reference_gemv(qm, specs[0].reference_x(x, qm.block))
+                # int8 activations: what quantizing x alone costs, reported beside the kernel's own error
+                act_err = None if specs[0].activations is None else activation_error(reference_gemv(qm, x), reference)
+                for spec in specs:
+                    self._measure(spec, qm, x, y, reference, flusher, llc, act_err)
                 del qm, reference
         rec.partial = False
         self._compare()
@@ -102,7 +105,7 @@ class Sweep:
         self._export()
         return rec
 
-    def _measure(self, spec, qm, x, y, reference, flusher, llc) -> None:
+    def _measure(self, spec, qm, x, y, reference, flusher, llc, act_err=None) -> None:
         s, rec = self.settings, self.record
         try:
             check = verify(spec, qm, x, reference)
@@ -132,7 +135,7 @@ class Sweep:
                                on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
         result = KernelResult(
             qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, s.threads, spec.act, spec.variant, measurement,
-            qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm,
+            qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm, act_quant_err=act_err,
         )
         resident = qm.nbytes + x.nbytes + y.nbytes
         notes = result_notes(measurement, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib,

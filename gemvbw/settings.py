@@ -227,7 +227,7 @@ def resolve(
             )
     values["threads"] = threads
 
-    values["act"] = str(flags.get("act") or DEFAULTS["act"])
+    values["act"] = check_act(str(flags.get("act") or DEFAULTS["act"]), values["bits"], values["block"])
     values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"])
     for key in ("json_path", "csv_path"):
         path = flags.get(key)
@@ -248,6 +248,23 @@ def resolve(
     settings = Settings(**values)  # type: ignore[arg-type]
     check_memory(settings, system.available_memory_bytes() if available_bytes is None else available_bytes)
     return settings
+
+
+def check_act(act: str, bits: tuple[int, ...], block: int) -> str:
+    from gemvbw import kernels
+
+    if act == "f32":
+        return act
+    missing = [b for b in bits if not kernels.variants(b, act)]
+    if missing:
+        isa = " ".join(system.describe_cpu()["isa"]) or "none of the relevant ones"
+        raise SettingsError("--act", f"no {act} kernels on this CPU (they need x86 AVX2; its features: {isa}); "
+                                     "use --act f32")
+    allowed = {blk for b in bits for s in kernels.variants(b, act) for blk in (s.blocks or ())}
+    if allowed and block not in allowed:
+        raise SettingsError("--act", f"{act} kernels work on blocks of {', '.join(map(str, sorted(allowed)))}, "
+                                     f"not {block}; use --block 64 or --act f32")
+    return act
 
 
 def check_kernel(kernel: str, bits: tuple[int, ...], act: str) -> str:

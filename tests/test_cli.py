@@ -262,3 +262,18 @@ def test_block_larger_than_K_is_announced_in_the_header():
     head = res.stdout.split("## Peak")[0]
     assert "note: block 64 is larger than K=40: each row is a single block of 40 elements" in head
     assert "0.4375" not in res.stdout  # ragged: 40*3/8 + 2*2*2 bytes per row over 40 elements
+
+
+def test_act_i8_reports_activation_error():
+    from gemvbw import kernels
+
+    if not kernels.variants(4, "i8"):
+        pytest.skip("int8-activation kernels need x86 AVX2")
+    res = run(TINY + ["--bits", "4,2", "--act", "i8", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    for r in doc["results"]:
+        assert r["act"] == "i8" and r["verified"] is True
+        assert r["max_rel_err"] < 1e-5 < r["act_quant_err"] < 1e-2
+    res = run(TINY + ["--bits", "4", "--act", "i8", "--block", "32"])
+    assert res.exit_code == 2 and "--act: i8 kernels work on blocks of 64" in res.stderr

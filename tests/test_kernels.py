@@ -11,7 +11,11 @@ from gemvbw.quant import quantize, random_activations, random_quantized
 from gemvbw.verify import reference_gemv, verify
 
 SHAPES = [(1, 8, 8), (7, 64, 64), (13, 100, 64), (33, 1000, 64), (5, 37, 8), (16, 200, 32), (3, 64, 128)]
-ALL_SPECS = [s for b in (8, 4, 3, 2) for s in kernels.variants(b, "f32")]
+ALL_SPECS = [s for act in ("f32", "i8") for b in (8, 4, 3, 2) for s in kernels.variants(b, act)]
+
+
+def spec_id(s):
+    return f"w{s.bits}-{s.act}-{s.variant}"
 
 
 @njit
@@ -28,10 +32,12 @@ def test_half_conversion_is_exact_for_every_float16():
     assert np.array_equal(out, expected, equal_nan=True)
 
 
-@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"w{s.bits}-{s.variant}")
-@pytest.mark.parametrize("M,K,block", SHAPES)
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=spec_id)
+@pytest.mark.parametrize("M,K,block", SHAPES + [(9, 14336, 64), (21, 130, 64)])
 @pytest.mark.parametrize("meta_bytes", [2, 4])
 def test_kernel_matches_reference(spec, M, K, block, meta_bytes):
+    if spec.blocks is not None and block not in spec.blocks:
+        pytest.skip(f"{spec_id(spec)} handles blocks {spec.blocks}")
     qm = random_quantized(M, K, bits=spec.bits, block=block, meta_bytes=meta_bytes, seed=M + K)
     x = random_activations(K, seed=K)
     result = verify(spec, qm, x)
@@ -40,7 +46,7 @@ def test_kernel_matches_reference(spec, M, K, block, meta_bytes):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"w{s.bits}-{s.variant}")
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=spec_id)
 def test_kernel_thread_counts_agree(spec, threads):
     threads = min(threads, numba.config.NUMBA_NUM_THREADS)
     qm = random_quantized(67, 320, bits=spec.bits, block=64, seed=3)
@@ -52,7 +58,7 @@ def test_kernel_thread_counts_agree(spec, threads):
         spec.bind(qm)(x, y)
     finally:
         numba.set_num_threads(old)
-    ref, bound = reference_gemv(qm, x)
+    ref, bound = reference_gemv(qm, spec.reference_x(x, qm.block))
     assert np.all(np.abs(y - ref) <= 1e-5 * bound)
 
 
@@ -95,3 +101,41 @@ def test_registry_lookup():
     assert "ref" in {s.variant for s in kernels.variants(3)}
     with pytest.raises(KeyError):
         kernels.get(4, "f32", "nope")
+
+
+I8 = [s for b in (8, 4, 3, 2) for s in kernels.variants(b, "i8")]
+
+
+@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+def test_int8_activations_are_quantized_per_block():
+    from gemvbw.kernels.i8 import quantize_activations
+
+    x = np.array([0.5, -1.0, 0.25, 0.0] * 16 + [2.0, -0.01] * 8 + [0.0] * 4, dtype=np.float32)  # K = 84
+    xq, xq16, d, xs, xdq = quantize_activations(x, 64, 2)
+    assert d[0] == np.float32(1.0 / 127) and d[1] == np.float32(2.0 / 127)
+    assert xq[1] == -127 and xq[0] == 64 and xq[64] == 127 and xq[65] == -1
+    assert np.array_equal(xq16[:84], xq[:84].astype(np.int16)) and not xq[84:].any()  # padded with zeros
+    assert xs[0] == pytest.approx(d[0] * xq[:64].sum()) and np.allclose(xdq, xq[:84] * np.repeat(d, 64)[:84])
+
+
+@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+def test_int8_kernel_extremes_do_not_saturate(bits):
+    # largest codes against the largest activations of both signs: w8 would saturate vpmaddubsw
+    qm = random_quantized(8, 256, bits=bits)
+    qm.codes[:] = 255
+    x = np.where(np.arange(256) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    x[:64] = 1.0
+    result = verify(kernels.get(bits, "i8"), qm, x)
+    assert result.ok, result.max_rel_err
+
+
+@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+def test_gemv_act_i8_and_block_check():
+    qm = random_quantized(12, 640, bits=4)
+    x = random_activations(640)
+    y = kernels.gemv(qm, x, act="i8")
+    exact = qm.dequantize().astype(np.float64) @ x.astype(np.float64)
+    assert np.abs(y - exact).max() < 1e-2 * np.abs(exact).max()  # int8 activations: close, not exact
+    with pytest.raises(ValueError, match="block 64"):
+        kernels.gemv(random_quantized(4, 128, bits=4, block=32), np.ones(128, np.float32), act="i8")

@@ -35,6 +35,14 @@ class KernelSpec:
     priority: int = 0
     # accepted max_rel_err against the float64 reference (see gemvbw.verify)
     tolerance: float = 1e-4
+    # the activations the kernel really multiplies with (int8 kernels: x quantized per block);
+    # the reference is computed from them, and their own error is reported apart
+    activations: Callable[[np.ndarray, int], np.ndarray] | None = None
+    # blocks the kernel handles (None: any multiple of 8)
+    blocks: tuple[int, ...] | None = None
+
+    def reference_x(self, x: np.ndarray, block: int) -> np.ndarray:
+        return x if self.activations is None else self.activations(x, block)
 
     @property
     def name(self) -> str:
@@ -106,17 +114,52 @@ def _describe(fn) -> str:
     return " ".join((fn.__doc__ or "").split())
 
 
+def _i8_binder(bits: int) -> Callable[[QuantizedMatrix], Runner]:
+    from gemvbw.kernels.i8 import gemv_i8
+
+    def bind(qm: QuantizedMatrix) -> Runner:
+        if qm.block != 64:
+            raise ValueError("int8-activation kernels handle block 64 only")
+        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+        chunks = 4 * numba.get_num_threads()
+
+        def run(x: np.ndarray, y: np.ndarray) -> None:
+            gemv_i8(codes, scale, offset, x, block, y, chunks, bits)
+
+        return run
+
+    return bind
+
+
+def _register_i8() -> None:
+    """int8-activation kernels use AVX2 instructions: registered only where the CPU has them."""
+    from gemvbw import system
+
+    cpu = system.describe_cpu()
+    if cpu["machine"] not in ("x86_64", "AMD64") or "avx2" not in cpu["isa"]:
+        return
+    from gemvbw.kernels.i8 import dequantized_activations, gemv_i8
+
+    for bits in (8, 4, 3, 2):
+        register(KernelSpec(bits, "i8", "rows4", _describe(gemv_i8), _i8_binder(bits), priority=1,
+                            activations=dequantized_activations, blocks=(64,)))
+
+
 for _bits, _ref, _rows4 in ((8, gemv_w8_ref, gemv_w8_rows4), (4, gemv_w4_ref, gemv_w4_rows4),
                             (3, gemv_w3_ref, gemv_w3_rows4), (2, gemv_w2_ref, gemv_w2_rows4)):
     register(KernelSpec(_bits, "f32", "ref", _describe(_ref), _binder(_ref)))
     register(KernelSpec(_bits, "f32", "rows4", _describe(_rows4), _chunked_binder(_rows4), priority=1))
+_register_i8()
 
 
-def gemv(qm: QuantizedMatrix, x: np.ndarray, variant: str = "auto") -> np.ndarray:
-    """y = W x for a packed matrix and a float32 activation vector of length K."""
+def gemv(qm: QuantizedMatrix, x: np.ndarray, variant: str = "auto", act: str = "f32") -> np.ndarray:
+    """y = W x for a packed matrix and a float32 activation vector of length K.
+
+    act="i8" quantizes x per block to int8 inside the kernel (x86 with AVX2, block 64).
+    """
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.shape != (qm.K,):
         raise ValueError(f"x must have shape ({qm.K},), got {x.shape}")
     y = np.empty(qm.M, dtype=np.float32)
-    get(qm.bits, "f32", variant).bind(qm)(x, y)
+    get(qm.bits, act, variant).bind(qm)(x, y)
     return y

@@ -12,7 +12,7 @@ COLUMNS = [
     "type", "variant", "bits", "M", "K", "block", "threads", "act", "meta_bytes",
     "best_avg_us", "overall_mean_us", "overall_sd_us", "median_us", "cv",
     "logical_bytes", "stored_bytes", "bytes_per_elem", "eff_gbps", "pct_peak", "pct_read",
-    "gflops", "ai", "memcpy_gbps", "read_gbps", "verified", "max_rel_err", "notes", "error",
+    "gflops", "ai", "memcpy_gbps", "read_gbps", "verified", "max_rel_err", "act_quant_err", "notes", "error",
 ]
 
 

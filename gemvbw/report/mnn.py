@@ -123,7 +123,8 @@ class MnnReporter:
                 groups = ", ".join(f"{g.mean_us:.1f} ({g.sd_us:.1f})" for g in m.groups)
                 self._print(f"{self._shape(record, r)}{label(r, record)} | {r.variant} | {r.best_avg_us:.1f} | {m.overall_mean_us:.1f} | "
                             f"{m.overall_sd_us:.1f} | {m.median_us:.1f} | {groups} | {100 * m.cv:.1f} | "
-                            f"{r.pct_read:.1f} | {r.max_rel_err:.1e}")
+                            f"{r.pct_read:.1f} | {r.max_rel_err:.1e}"
+                            + ("" if r.act_quant_err is None else f" (act err {r.act_quant_err:.1e})"))
         warm = warm_rows(record)
         if warm:
             self._print()

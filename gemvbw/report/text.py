@@ -14,7 +14,9 @@ EXPLANATIONS = [
     "excludes padding, x and y).",
     "eff GB/s = logical bytes / us/iter; %peak against memcpy (MNN's roofline, read+write counted), "
     "%read against the read-only roofline; GFLOPS = 2*M*K / us/iter; AI = 2 / bytes/elem.",
-    "Every kernel was checked against a float64 numpy reference before timing; rows without figures failed.",
+    "Every kernel was checked against a float64 numpy reference before timing; rows without figures failed. "
+    "With --act i8 the reference uses the same int8-quantized activations, and what quantizing x itself "
+    "costs is shown apart (act err).",
 ]
 
 

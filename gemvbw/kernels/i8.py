@@ -1,0 +1,314 @@
+"""Kernels with int8 activations (--act i8), for x86 CPUs with AVX2.
+
+Per call, x is quantized per block to int8 (scale d_b = max|x| / 127), as MNN's
+sdot/i8mm and ggml's q8 paths do. Each block's integer dot product sum(q * xq) is
+computed with AVX2's integer multiply-adds through numba intrinsics that emit LLVM
+vector IR directly (numba's own integer arithmetic widens to int64 and cannot
+reach these instructions):
+
+- vpmaddubsw multiplies unsigned 8-bit codes by signed 8-bit activations and adds
+  pairs into int16. That saturates for 8-bit codes (255*127*2 > 32767), so w8 uses
+  vpmaddwd on 16-bit values instead; 4-, 3- and 2-bit codes are safe.
+- vpmaddwd against ones then adds int16 pairs into int32, and a horizontal add
+  gives the block's sum.
+
+y[r] = sum_b scale[r,b] * d_b * sum(q * xq) + offset[r,b] * d_b * sum(xq), so the
+kernel is exact against the reference computed with the same quantized
+activations; the error the int8 activations themselves bring is reported apart
+(``act_quant_err``).
+
+Layout match: the packed layouts put the codes of contiguous activations into the
+same vector lanes once unpacked: w4 low nibbles <-> x[0:32], high <-> x[32:64];
+w2 fields 0,1 <-> x[0:32], fields 2,3 <-> x[32:64]; w3 likewise for its low plane,
+with bit p of the high plane byte j belonging to position 8p + j.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from gemvbw.kernels import w2 as _w2
+from gemvbw.kernels import w3 as _w3
+from gemvbw.kernels import w4 as _w4
+from gemvbw.kernels import w8 as _w8
+from gemvbw.kernels._common import FASTMATH, ROWS, meta_row, row_chunks
+
+I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+V8x8, V16x8, V32x8 = ir.VectorType(I8, 8), ir.VectorType(I8, 16), ir.VectorType(I8, 32)
+V16x16, V8x32 = ir.VectorType(I16, 16), ir.VectorType(I32, 8)
+
+SUPPORTED_BLOCK = 64  # the intrinsics work on one 64-weight block; other blocks use the f32 kernels
+
+
+def _fn(builder, name, ret, args):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+
+
+def _load(context, builder, arrty, arr, offset, vty):
+    """An unaligned vector load from arr.data + offset (in elements)."""
+    a = context.make_array(arrty)(context, builder, arr)
+    ptr = builder.bitcast(builder.gep(a.data, [offset]), vty.as_pointer())
+    return builder.load(ptr, align=1)
+
+
+def _splat(vty, value):
+    return ir.Constant(vty, [value] * vty.count)
+
+
+def _concat(builder, a, b):
+    n = a.type.count
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))
+
+
+def _madd_u8s8_sum(builder, pairs):
+    """sum over (u8 codes, s8 activations) <32 x i8> pairs, via vpmaddubsw, vpmaddwd and a horizontal add."""
+    ubsw = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", V16x16, [V32x8, V32x8])
+    acc = None
+    for codes, acts in pairs:
+        p = builder.call(ubsw, [codes, acts])
+        acc = p if acc is None else builder.add(acc, p)
+    wd = _fn(builder, "llvm.x86.avx2.pmadd.wd", V8x32, [V16x16, V16x16])
+    s = builder.call(wd, [acc, _splat(V16x16, 1)])
+    return builder.call(_fn(builder, "llvm.vector.reduce.add.v8i32", I32, [V8x32]), [s])
+
+
+def _off(builder, base, k):
+    return builder.add(base, ir.Constant(base.type, k))
+
+
+@intrinsic
+def _dot_w4(typingctx, codes, cofs, xq, xofs):
+    """One w4 block of 64: 32 code bytes, low nibbles with xq[xofs:+32], high with xq[xofs+32:+64]."""
+    sig = types.int32(codes, cofs, xq, xofs)
+
+    def codegen(context, builder, sig, args):
+        c = _load(context, builder, sig.args[0], args[0], args[1], V32x8)
+        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
+        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
+        lo = builder.and_(c, _splat(V32x8, 15))
+        hi = builder.lshr(c, _splat(V32x8, 4))
+        return _madd_u8s8_sum(builder, [(lo, a), (hi, b)])
+
+    return sig, codegen
+
+
+def _fields2(builder, c):
+    """The four 2-bit fields of <16 x i8> bytes, as (fields 0|1, fields 2|3) <32 x i8> vectors."""
+    f = [builder.and_(builder.lshr(c, _splat(V16x8, 2 * p)), _splat(V16x8, 3)) for p in range(4)]
+    return _concat(builder, f[0], f[1]), _concat(builder, f[2], f[3])
+
+
+@intrinsic
+def _dot_w2(typingctx, codes, cofs, xq, xofs):
+    """One w2 block of 64: 16 code bytes, four 2-bit planes."""
+    sig = types.int32(codes, cofs, xq, xofs)
+
+    def codegen(context, builder, sig, args):
+        c = _load(context, builder, sig.args[0], args[0], args[1], V16x8)
+        v01, v23 = _fields2(builder, c)
+        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
+        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
+        return _madd_u8s8_sum(builder, [(v01, a), (v23, b)])
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_w3(typingctx, codes, cofs, xq, xofs):
+    """One w3 block of 64: a 16-byte 2-bit plane then an 8-byte 1-bit plane; codes = low + 4 * high."""
+    sig = types.int32(codes, cofs, xq, xofs)
+
+    def codegen(context, builder, sig, args):
+        c = _load(context, builder, sig.args[0], args[0], args[1], V16x8)
+        h = _load(context, builder, sig.args[0], args[0], _off(builder, args[1], 16), V8x8)
+        lo01, lo23 = _fields2(builder, c)
+        bits = [builder.and_(builder.lshr(h, _splat(V8x8, p)), _splat(V8x8, 1)) for p in range(8)]
+        hi03 = _concat(builder, _concat(builder, bits[0], bits[1]), _concat(builder, bits[2], bits[3]))
+        hi47 = _concat(builder, _concat(builder, bits[4], bits[5]), _concat(builder, bits[6], bits[7]))
+        q0 = builder.add(lo01, builder.shl(hi03, _splat(V32x8, 2)))
+        q1 = builder.add(lo23, builder.shl(hi47, _splat(V32x8, 2)))
+        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
+        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
+        return _madd_u8s8_sum(builder, [(q0, a), (q1, b)])
+
+    return sig, codegen
+
+
+@intrinsic
+def _dot_w8(typingctx, codes, cofs, xq16, xofs):
+    """One w8 block of 64: codes widened to int16 and multiplied with int16 activations by vpmaddwd (exact)."""
+    sig = types.int32(codes, cofs, xq16, xofs)
+
+    def codegen(context, builder, sig, args):
+        wd = _fn(builder, "llvm.x86.avx2.pmadd.wd", V8x32, [V16x16, V16x16])
+        acc = None
+        for part in range(4):
+            c = _load(context, builder, sig.args[0], args[0], _off(builder, args[1], 16 * part), V16x8)
+            a = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 16 * part), V16x16)
+            s = builder.call(wd, [builder.zext(c, V16x16), a])
+            acc = s if acc is None else builder.add(acc, s)
+        return builder.call(_fn(builder, "llvm.vector.reduce.add.v8i32", I32, [V8x32]), [acc])
+
+    return sig, codegen
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def quantize_activations(x, block, nb):
+    """Per block: d = max|x| / 127, xq = round(x / d) as int8; also d * sum(xq) and the dequantized x.
+
+    xq is padded to whole blocks with zeros. Returns (xq, xq as int16, d, d*sum(xq) per block, xq*d).
+    """
+    K = x.shape[0]
+    xq = np.zeros(nb * block, np.int8)
+    xq16 = np.zeros(nb * block, np.int16)
+    d = np.empty(nb, np.float32)
+    xs = np.empty(nb, np.float32)
+    xdq = np.empty(K, np.float32)
+    for b in range(nb):
+        lo = b * block
+        hi = min(lo + block, K)
+        amax = np.float32(0.0)
+        for k in range(lo, hi):
+            amax = max(amax, abs(x[k]))
+        scale = amax / np.float32(127.0) if amax > 0 else np.float32(1.0)
+        inv = np.float32(1.0) / scale
+        total = 0
+        for k in range(lo, hi):
+            q = np.int32(np.rint(x[k] * inv))
+            xq[k] = q
+            xq16[k] = q
+            xdq[k] = np.float32(q) * scale
+            total += q
+        d[b] = scale
+        xs[b] = scale * np.float32(total)
+    return xq, xq16, d, xs, xdq
+
+
+def dequantized_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """The activations an i8 kernel really multiplies with: the reference for its verification."""
+    nb = -(-x.shape[0] // block)
+    return quantize_activations(np.ascontiguousarray(x, dtype=np.float32), block, nb)[4]
+
+
+# One loop over a row group's full blocks per width (the width branch is taken once per group,
+# outside the loop: inside it, four branches per block cost about 3x in speed).
+
+@njit(cache=True, fastmath=FASTMATH)
+def _blocks_w4(c0, c1, c2, c3, s, o, xq, d, xs, full):
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for b in range(full):
+        cb, xb, db, xsb = b * 32, b * 64, d[b], xs[b]
+        a0 += s[0, b] * db * np.float32(_dot_w4(c0, cb, xq, xb)) + o[0, b] * xsb
+        a1 += s[1, b] * db * np.float32(_dot_w4(c1, cb, xq, xb)) + o[1, b] * xsb
+        a2 += s[2, b] * db * np.float32(_dot_w4(c2, cb, xq, xb)) + o[2, b] * xsb
+        a3 += s[3, b] * db * np.float32(_dot_w4(c3, cb, xq, xb)) + o[3, b] * xsb
+    return a0, a1, a2, a3
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _blocks_w3(c0, c1, c2, c3, s, o, xq, d, xs, full):
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for b in range(full):
+        cb, xb, db, xsb = b * 24, b * 64, d[b], xs[b]
+        a0 += s[0, b] * db * np.float32(_dot_w3(c0, cb, xq, xb)) + o[0, b] * xsb
+        a1 += s[1, b] * db * np.float32(_dot_w3(c1, cb, xq, xb)) + o[1, b] * xsb
+        a2 += s[2, b] * db * np.float32(_dot_w3(c2, cb, xq, xb)) + o[2, b] * xsb
+        a3 += s[3, b] * db * np.float32(_dot_w3(c3, cb, xq, xb)) + o[3, b] * xsb
+    return a0, a1, a2, a3
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _blocks_w2(c0, c1, c2, c3, s, o, xq, d, xs, full):
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for b in range(full):
+        cb, xb, db, xsb = b * 16, b * 64, d[b], xs[b]
+        a0 += s[0, b] * db * np.float32(_dot_w2(c0, cb, xq, xb)) + o[0, b] * xsb
+        a1 += s[1, b] * db * np.float32(_dot_w2(c1, cb, xq, xb)) + o[1, b] * xsb
+        a2 += s[2, b] * db * np.float32(_dot_w2(c2, cb, xq, xb)) + o[2, b] * xsb
+        a3 += s[3, b] * db * np.float32(_dot_w2(c3, cb, xq, xb)) + o[3, b] * xsb
+    return a0, a1, a2, a3
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full):
+    a0 = a1 = a2 = a3 = np.float32(0.0)
+    for b in range(full):
+        cb, xb, db, xsb = b * 64, b * 64, d[b], xs[b]
+        a0 += s[0, b] * db * np.float32(_dot_w8(c0, cb, xq16, xb)) + o[0, b] * xsb
+        a1 += s[1, b] * db * np.float32(_dot_w8(c1, cb, xq16, xb)) + o[1, b] * xsb
+        a2 += s[2, b] * db * np.float32(_dot_w8(c2, cb, xq16, xb)) + o[2, b] * xsb
+        a3 += s[3, b] * db * np.float32(_dot_w8(c3, cb, xq16, xb)) + o[3, b] * xsb
+    return a0, a1, a2, a3
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _dot_block_f32(bits, row, xdq, b, block):
+    """A shorter last block: the width's f32 loop on the dequantized activations."""
+    if bits == 4:
+        return _w4._dot_block(row, xdq, b, block)
+    if bits == 2:
+        return _w2._dot_block(row, xdq, b, block)
+    if bits == 3:
+        return _w3._dot_block(row, xdq, b, block)
+    return _w8._dot_block(row, xdq, b, block)
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def _row_f32(bits, codes, scale, offset, xdq, xs, block, r):
+    """A row left over after the groups of four, on the dequantized activations."""
+    if bits == 4:
+        return _w4._row_ref(codes, scale, offset, xdq, xs, block, r)
+    if bits == 2:
+        return _w2._row_ref(codes, scale, offset, xdq, xs, block, r)
+    if bits == 3:
+        return _w3._row_ref(codes, scale, offset, xdq, xs, block, r)
+    return _w8._row_ref(codes, scale, offset, xdq, xs, block, r)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def gemv_i8(codes, scale, offset, x, block, y, chunks, bits):
+    """Four rows per step; each full 64-weight block one integer multiply-add intrinsic per row, then
+    y += scale * d_b * isum + offset * d_b * sum(xq). Blocks of 64 only."""
+    M = codes.shape[0]
+    K = x.shape[0]
+    nb = scale.shape[1]
+    full = K // block
+    xq, xq16, d, xs, xdq = quantize_activations(x, block, nb)
+    groups = M // ROWS
+    nchunks, per = row_chunks(groups, chunks)
+    for c in prange(nchunks):
+        tmp = np.empty(nb, np.uint32)
+        s = np.empty((ROWS, nb), np.float32)
+        o = np.empty((ROWS, nb), np.float32)
+        for g in range(c * per, min(groups, (c + 1) * per)):
+            r = g * ROWS
+            for i in range(ROWS):
+                meta_row(scale, r + i, tmp, s[i])
+                meta_row(offset, r + i, tmp, o[i])
+            c0 = codes[r]
+            c1 = codes[r + 1]
+            c2 = codes[r + 2]
+            c3 = codes[r + 3]
+            if bits == 4:
+                a0, a1, a2, a3 = _blocks_w4(c0, c1, c2, c3, s, o, xq, d, xs, full)
+            elif bits == 3:
+                a0, a1, a2, a3 = _blocks_w3(c0, c1, c2, c3, s, o, xq, d, xs, full)
+            elif bits == 2:
+                a0, a1, a2, a3 = _blocks_w2(c0, c1, c2, c3, s, o, xq, d, xs, full)
+            else:
+                a0, a1, a2, a3 = _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full)
+            if full < nb:
+                a0 += s[0, full] * _dot_block_f32(bits, c0, xdq, full, block) + o[0, full] * xs[full]
+                a1 += s[1, full] * _dot_block_f32(bits, c1, xdq, full, block) + o[1, full] * xs[full]
+                a2 += s[2, full] * _dot_block_f32(bits, c2, xdq, full, block) + o[2, full] * xs[full]
+                a3 += s[3, full] * _dot_block_f32(bits, c3, xdq, full, block) + o[3, full] * xs[full]
+            y[r] = a0
+            y[r + 1] = a1
+            y[r + 2] = a2
+            y[r + 3] = a3
+    for r in range(groups * ROWS, M):
+        y[r] = _row_f32(bits, codes, scale, offset, xdq, xs, block, r)
