@@ -1,12 +1,16 @@
 """Run gemvbw's own benchmark set and write benchmarks/RESULTS.md.
 
     python benchmarks/run.py [--iters 50] [--threads N] [--out benchmarks/RESULTS.md]
+                             [--ggml-bin PATH/test-backend-ops]
 
 What it runs, through the CLI a user has (nothing is timed here itself):
 1. gemvbw sweep --kernel all on 4096x14336 (MNN's default), 1024x1024 and 151936x1024 (lm_head),
    cold cache, every width and variant;
 2. gemvbw model qwen3-0.6b --bits 4;
-3. benchmarks/asm_check.py (what the generated loops look like).
+3. benchmarks/asm_check.py (what the generated loops look like);
+4. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
+   before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
+   Build ggml yourself (it is not part of gemvbw and nothing here builds it).
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8) and each variant's speed-up over
 the reference loop, with the command, the machine and the date. Run it on a quiet machine:
 nothing else compiling or measuring.
@@ -15,6 +19,7 @@ nothing else compiling or measuring.
 from __future__ import annotations
 
 import argparse
+import re
 import datetime as dt
 import json
 import subprocess
@@ -24,6 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
+GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "q3_K": (110, 256, 3),
+              "q2_K": (84, 256, 2)}  # bytes per super-block, weights per super-block, comparable gemvbw width
+GGML_LINE = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),.*?([\d.]+) us/run")
 
 PEERS = """Peer figures quoted from the issue that asked for this comparison (measured on a 2-core AMD EPYC
 Zen1 machine, 4096x14336, 2 threads; MNN cold, llama.cpp warm; not re-measured here, so compare
@@ -49,6 +57,45 @@ def gemvbw(*args: str) -> dict:
         return json.loads(out.read_text())
 
 
+def run_ggml(binary: str) -> tuple[str, dict[str, float]]:
+    pattern = "type_a=(" + "|".join(GGML_TYPES) + "),type_b=f32,m=4096,n=1,k=14336,"
+    cmd = [binary, "perf", "-o", "MUL_MAT", "-b", "CPU", "-p", pattern]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    return out, {m.group(1): float(m.group(4)) for m in GGML_LINE.finditer(out)}
+
+
+def side_by_side(sweep: dict, i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:
+    M, K = 4096, 14336
+
+    def best(doc, bits):
+        rows = [r for r in doc["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
+        return min(rows, key=lambda r: r["best_avg_us"]) if rows else None
+
+    lines = ["width | gemvbw f32 cold | gemvbw i8 cold | gemvbw i8 warm | ggml (warm, same run) | ggml / gemvbw i8 warm",
+             "---|---|---|---|---|---"]
+    for bits in (8, 4, 3, 2):
+        cells = []
+        for doc in (sweep, i8, warm):
+            r = best(doc, bits)
+            cells.append("-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})")
+        peers, ratios = [], []
+        for name, (nbytes, nweights, width) in GGML_TYPES.items():
+            if width != bits or name not in ggml:
+                continue
+            us = ggml[name]
+            peers.append(f"{name} {us:.0f} us, {M * K * nbytes / nweights / us / 1e3:.2f} GB/s")
+            w = best(warm, bits)
+            if w:
+                ratios.append(f"{name} {us / w['best_avg_us']:.2f}")
+        lines.append(f"w{bits} | " + " | ".join(cells) + " | " + ("; ".join(peers) or "-") + " | "
+                     + ("; ".join(ratios) or "-"))
+    return lines + ["", "Latency ratio above 1: ggml takes longer than gemvbw; GB/s of each from its own bytes "
+                    "(q8_0 and q4_0/q4_K store 1.0625 and 0.5625 bytes per weight like gemvbw's w8/w4; q3_K 0.43, "
+                    "q2_K 0.33).", ""]
+
+
 def shape_table(doc: dict, shape: str) -> list[str]:
     M, K = map(int, shape.split("x"))
     rows = [r for r in doc["results"] if (r["M"], r["K"]) == (M, K)]
@@ -63,7 +110,7 @@ def shape_table(doc: dict, shape: str) -> list[str]:
     t8 = best[8]["best_avg_us"] if 8 in best else None
     for r in sorted(rows, key=lambda r: (-r["bits"], r["best_avg_us"])):
         ratio = f"{r['best_avg_us'] / t8:.2f}" if t8 and r is best[r["bits"]] else ""
-        speedup = f"{ref[r['bits']] / r['best_avg_us']:.2f}x" if r["bits"] in ref else ""
+        speedup = f"{ref[r['bits']] / r['best_avg_us']:.2f}x" if r["bits"] in ref else "- (no ref)"
         lines.append(f"w{r['bits']} | {r['variant']} | {r['best_avg_us']:.1f} | {r['eff_gbps']:.2f} | "
                      f"{r['pct_read']:.1f} | {ratio} | {speedup}")
     return lines + [""]
@@ -74,11 +121,18 @@ def main() -> int:
     ap.add_argument("--iters", default="50")
     ap.add_argument("--threads")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    ap.add_argument("--ggml-bin", help="a test-backend-ops binary you built from ggml, for a side-by-side")
     args = ap.parse_args()
     extra = ["--threads", args.threads] if args.threads else []
     started = dt.datetime.now(dt.timezone.utc)
-    sweep = gemvbw("sweep", "--kernel", "all", *sum((["--shape", s] for s in SHAPES), []), "--iters", args.iters,
-                   *extra)
+    ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
+    shapes = sum((["--shape", s] for s in SHAPES), [])
+    sweep = gemvbw("sweep", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
+    i8 = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
+    warm = gemvbw("sweep", "--act", "i8", "--flush-mib", "0", "--M", "4096", "--K", "14336", "--iters", args.iters,
+                  *extra)
+    if args.ggml_bin:
+        ggml_runs.append(run_ggml(args.ggml_bin))
     model = gemvbw("model", "qwen3-0.6b", "--bits", "4", "--iters", args.iters, *extra)
     asm = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True).stdout
 
@@ -103,7 +157,20 @@ def main() -> int:
     ]
     for shape in SHAPES:
         lines += shape_table(sweep, shape)
-    lines += ["## Peers", "", PEERS, "## Model (`gemvbw model qwen3-0.6b --bits 4`)", ""]
+    lines += ["## Sweep with int8 activations (`gemvbw sweep --act i8 --kernel all --shape ...`)", ""]
+    for shape in SHAPES:
+        lines += shape_table(i8, shape)
+    if ggml_runs:
+        ggml = {k: min(run[1].get(k, float("inf")) for run in ggml_runs) for k in ggml_runs[0][1]}
+        lines += ["## Side by side with ggml on this machine, 4096x14336, n=1", "",
+                  f"ggml's `test-backend-ops perf` ran before and after gemvbw's sweeps; the better of its two "
+                  f"latencies is shown. Its raw output is in `benchmarks/peers/`.", ""]
+        lines += side_by_side(sweep, i8, warm, ggml)
+        (HERE / "peers").mkdir(exist_ok=True)
+        (HERE / "peers" / "ggml-mul-mat-4096x14336.txt").write_text(
+            f"# {' '.join(['test-backend-ops', 'perf', '-o', 'MUL_MAT', '-b', 'CPU'])} at 4096x14336 n=1, "
+            f"{started:%Y-%m-%d}, two runs (before and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
+    lines += ["## Peers quoted from the issue", "", PEERS, "## Model (`gemvbw model qwen3-0.6b --bits 4`)", ""]
     for summary in model["model"]["per_bits"]:
         lines += [f"w{summary['bits']}: {summary['bytes_per_token'] / 1e6:.1f} MB of weights per token; measured "
                   f"GEMV time {summary['gemv_ms_per_token']:.2f} ms per token ({summary['tokens_per_s']:.1f} tokens/s); "

@@ -1,16 +1,16 @@
 """Kernels with int8 activations (--act i8), for x86 CPUs with AVX2.
 
 Per call, x is quantized per block to int8 (scale d_b = max|x| / 127), as MNN's
-sdot/i8mm and ggml's q8 paths do. Each block's integer dot product sum(q * xq) is
-computed with AVX2's integer multiply-adds through numba intrinsics that emit LLVM
-vector IR directly (numba's own integer arithmetic widens to int64 and cannot
-reach these instructions):
+sdot/i8mm and ggml's q8 paths do. Each block's integer dot products sum(q * xq), for
+four rows at once, are computed with AVX2's integer multiply-adds through numba
+intrinsics that emit LLVM vector IR directly (numba's own integer arithmetic widens to
+int64 and cannot reach these instructions):
 
 - vpmaddubsw multiplies unsigned 8-bit codes by signed 8-bit activations and adds
   pairs into int16. That saturates for 8-bit codes (255*127*2 > 32767), so w8 uses
   vpmaddwd on 16-bit values instead; 4-, 3- and 2-bit codes are safe.
-- vpmaddwd against ones then adds int16 pairs into int32, and a horizontal add
-  gives the block's sum.
+- vpmaddwd against ones then adds int16 pairs into int32; one vphaddd tree reduces
+  the four rows' partial sums together and converts them to float in one step.
 
 y[r] = sum_b scale[r,b] * d_b * sum(q * xq) + offset[r,b] * d_b * sum(xq), so the
 kernel is exact against the reference computed with the same quantized
@@ -64,36 +64,19 @@ def _concat(builder, a, b):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))
 
 
-def _madd_u8s8_sum(builder, pairs):
-    """sum over (u8 codes, s8 activations) <32 x i8> pairs, via vpmaddubsw, vpmaddwd and a horizontal add."""
+def _madd_u8s8(builder, pairs):
+    """<8 x i32> partial sums over (u8 codes, s8 activations) <32 x i8> pairs: vpmaddubsw, then vpmaddwd by ones."""
     ubsw = _fn(builder, "llvm.x86.avx2.pmadd.ub.sw", V16x16, [V32x8, V32x8])
     acc = None
     for codes, acts in pairs:
         p = builder.call(ubsw, [codes, acts])
         acc = p if acc is None else builder.add(acc, p)
     wd = _fn(builder, "llvm.x86.avx2.pmadd.wd", V8x32, [V16x16, V16x16])
-    s = builder.call(wd, [acc, _splat(V16x16, 1)])
-    return builder.call(_fn(builder, "llvm.vector.reduce.add.v8i32", I32, [V8x32]), [s])
+    return builder.call(wd, [acc, _splat(V16x16, 1)])
 
 
 def _off(builder, base, k):
     return builder.add(base, ir.Constant(base.type, k))
-
-
-@intrinsic
-def _dot_w4(typingctx, codes, cofs, xq, xofs):
-    """One w4 block of 64: 32 code bytes, low nibbles with xq[xofs:+32], high with xq[xofs+32:+64]."""
-    sig = types.int32(codes, cofs, xq, xofs)
-
-    def codegen(context, builder, sig, args):
-        c = _load(context, builder, sig.args[0], args[0], args[1], V32x8)
-        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
-        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
-        lo = builder.and_(c, _splat(V32x8, 15))
-        hi = builder.lshr(c, _splat(V32x8, 4))
-        return _madd_u8s8_sum(builder, [(lo, a), (hi, b)])
-
-    return sig, codegen
 
 
 def _fields2(builder, c):
@@ -102,58 +85,85 @@ def _fields2(builder, c):
     return _concat(builder, f[0], f[1]), _concat(builder, f[2], f[3])
 
 
-@intrinsic
-def _dot_w2(typingctx, codes, cofs, xq, xofs):
-    """One w2 block of 64: 16 code bytes, four 2-bit planes."""
-    sig = types.int32(codes, cofs, xq, xofs)
-
-    def codegen(context, builder, sig, args):
-        c = _load(context, builder, sig.args[0], args[0], args[1], V16x8)
-        v01, v23 = _fields2(builder, c)
-        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
-        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
-        return _madd_u8s8_sum(builder, [(v01, a), (v23, b)])
-
-    return sig, codegen
+def _acts(context, builder, arrty, arr, xofs):
+    """The block's 64 int8 activations as two <32 x i8> halves."""
+    return (_load(context, builder, arrty, arr, xofs, V32x8),
+            _load(context, builder, arrty, arr, _off(builder, xofs, 32), V32x8))
 
 
-@intrinsic
-def _dot_w3(typingctx, codes, cofs, xq, xofs):
-    """One w3 block of 64: a 16-byte 2-bit plane then an 8-byte 1-bit plane; codes = low + 4 * high."""
-    sig = types.int32(codes, cofs, xq, xofs)
-
-    def codegen(context, builder, sig, args):
-        c = _load(context, builder, sig.args[0], args[0], args[1], V16x8)
-        h = _load(context, builder, sig.args[0], args[0], _off(builder, args[1], 16), V8x8)
-        lo01, lo23 = _fields2(builder, c)
-        bits = [builder.and_(builder.lshr(h, _splat(V8x8, p)), _splat(V8x8, 1)) for p in range(8)]
-        hi03 = _concat(builder, _concat(builder, bits[0], bits[1]), _concat(builder, bits[2], bits[3]))
-        hi47 = _concat(builder, _concat(builder, bits[4], bits[5]), _concat(builder, bits[6], bits[7]))
-        q0 = builder.add(lo01, builder.shl(hi03, _splat(V32x8, 2)))
-        q1 = builder.add(lo23, builder.shl(hi47, _splat(V32x8, 2)))
-        a = _load(context, builder, sig.args[2], args[2], args[3], V32x8)
-        b = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 32), V32x8)
-        return _madd_u8s8_sum(builder, [(q0, a), (q1, b)])
-
-    return sig, codegen
+def _acts16(context, builder, arrty, arr, xofs):
+    """The block's 64 activations as four <16 x i16> (w8 multiplies in 16 bits: no saturation)."""
+    return [_load(context, builder, arrty, arr, _off(builder, xofs, 16 * part), V16x16) for part in range(4)]
 
 
-@intrinsic
-def _dot_w8(typingctx, codes, cofs, xq16, xofs):
-    """One w8 block of 64: codes widened to int16 and multiplied with int16 activations by vpmaddwd (exact)."""
-    sig = types.int32(codes, cofs, xq16, xofs)
+def _partial_w4(context, builder, cty, codes, cofs, acts):
+    c = _load(context, builder, cty, codes, cofs, V32x8)
+    lo = builder.and_(c, _splat(V32x8, 15))
+    hi = builder.lshr(c, _splat(V32x8, 4))
+    return _madd_u8s8(builder, [(lo, acts[0]), (hi, acts[1])])
 
-    def codegen(context, builder, sig, args):
-        wd = _fn(builder, "llvm.x86.avx2.pmadd.wd", V8x32, [V16x16, V16x16])
-        acc = None
-        for part in range(4):
-            c = _load(context, builder, sig.args[0], args[0], _off(builder, args[1], 16 * part), V16x8)
-            a = _load(context, builder, sig.args[2], args[2], _off(builder, args[3], 16 * part), V16x16)
-            s = builder.call(wd, [builder.zext(c, V16x16), a])
-            acc = s if acc is None else builder.add(acc, s)
-        return builder.call(_fn(builder, "llvm.vector.reduce.add.v8i32", I32, [V8x32]), [acc])
 
-    return sig, codegen
+def _partial_w2(context, builder, cty, codes, cofs, acts):
+    v01, v23 = _fields2(builder, _load(context, builder, cty, codes, cofs, V16x8))
+    return _madd_u8s8(builder, [(v01, acts[0]), (v23, acts[1])])
+
+
+def _partial_w3(context, builder, cty, codes, cofs, acts):
+    lo01, lo23 = _fields2(builder, _load(context, builder, cty, codes, cofs, V16x8))
+    h = _load(context, builder, cty, codes, _off(builder, cofs, 16), V8x8)
+    bits = [builder.and_(builder.lshr(h, _splat(V8x8, p)), _splat(V8x8, 1)) for p in range(8)]
+    hi03 = _concat(builder, _concat(builder, bits[0], bits[1]), _concat(builder, bits[2], bits[3]))
+    hi47 = _concat(builder, _concat(builder, bits[4], bits[5]), _concat(builder, bits[6], bits[7]))
+    q0 = builder.add(lo01, builder.shl(hi03, _splat(V32x8, 2)))
+    q1 = builder.add(lo23, builder.shl(hi47, _splat(V32x8, 2)))
+    return _madd_u8s8(builder, [(q0, acts[0]), (q1, acts[1])])
+
+
+def _partial_w8(context, builder, cty, codes, cofs, acts16):
+    wd = _fn(builder, "llvm.x86.avx2.pmadd.wd", V8x32, [V16x16, V16x16])
+    acc = None
+    for part in range(4):
+        c = _load(context, builder, cty, codes, _off(builder, cofs, 16 * part), V16x8)
+        s = builder.call(wd, [builder.zext(c, V16x16), acts16[part]])
+        acc = s if acc is None else builder.add(acc, s)
+    return acc
+
+
+# per width: how to get one row's <8 x i32> partial sums of a block, and how to load its activations
+_PARTIAL = {8: (_partial_w8, _acts16), 4: (_partial_w4, _acts), 3: (_partial_w3, _acts), 2: (_partial_w2, _acts)}
+
+
+def _reduce4_f32(builder, s0, s1, s2, s3):
+    """Four rows' <8 x i32> partials -> their four sums as float32, with one vphaddd tree:
+    hadd(hadd(s0, s1), hadd(s2, s3)) holds [s0 s1 s2 s3] in each 128-bit half; add the halves."""
+    hadd = _fn(builder, "llvm.x86.avx2.phadd.d", V8x32, [V8x32, V8x32])
+    t = builder.call(hadd, [builder.call(hadd, [s0, s1]), builder.call(hadd, [s2, s3])])
+    v4 = ir.VectorType(I32, 4)
+    low = builder.shuffle_vector(t, t, ir.Constant(v4, [0, 1, 2, 3]))
+    high = builder.shuffle_vector(t, t, ir.Constant(v4, [4, 5, 6, 7]))
+    f = builder.sitofp(builder.add(low, high), ir.VectorType(ir.FloatType(), 4))
+    return [builder.extract_element(f, ir.Constant(I32, i)) for i in range(4)]
+
+
+def _intrinsic4(bits):
+    partial, acts_of = _PARTIAL[bits]
+
+    def dot4(typingctx, c0, c1, c2, c3, cofs, xq, xofs):
+        sig = types.UniTuple(types.float32, 4)(c0, c1, c2, c3, cofs, xq, xofs)
+
+        def codegen(context, builder, sig, args):
+            acts = acts_of(context, builder, sig.args[5], args[5], args[6])  # loaded once for four rows
+            parts = [partial(context, builder, sig.args[i], args[i], args[4], acts) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, _reduce4_f32(builder, *parts))
+
+        return sig, codegen
+
+    dot4.__name__ = f"_dot4_w{bits}"
+    return intrinsic(dot4)
+
+
+# one block of 64 weights, four rows at once: their sums of q * xq, as float32
+_dot4_w8, _dot4_w4, _dot4_w3, _dot4_w2 = (_intrinsic4(b) for b in (8, 4, 3, 2))
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -202,10 +212,11 @@ def _blocks_w4(c0, c1, c2, c3, s, o, xq, d, xs, full):
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for b in range(full):
         cb, xb, db, xsb = b * 32, b * 64, d[b], xs[b]
-        a0 += s[0, b] * db * np.float32(_dot_w4(c0, cb, xq, xb)) + o[0, b] * xsb
-        a1 += s[1, b] * db * np.float32(_dot_w4(c1, cb, xq, xb)) + o[1, b] * xsb
-        a2 += s[2, b] * db * np.float32(_dot_w4(c2, cb, xq, xb)) + o[2, b] * xsb
-        a3 += s[3, b] * db * np.float32(_dot_w4(c3, cb, xq, xb)) + o[3, b] * xsb
+        i0, i1, i2, i3 = _dot4_w4(c0, c1, c2, c3, cb, xq, xb)
+        a0 += s[0, b] * db * i0 + o[0, b] * xsb
+        a1 += s[1, b] * db * i1 + o[1, b] * xsb
+        a2 += s[2, b] * db * i2 + o[2, b] * xsb
+        a3 += s[3, b] * db * i3 + o[3, b] * xsb
     return a0, a1, a2, a3
 
 
@@ -214,10 +225,11 @@ def _blocks_w3(c0, c1, c2, c3, s, o, xq, d, xs, full):
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for b in range(full):
         cb, xb, db, xsb = b * 24, b * 64, d[b], xs[b]
-        a0 += s[0, b] * db * np.float32(_dot_w3(c0, cb, xq, xb)) + o[0, b] * xsb
-        a1 += s[1, b] * db * np.float32(_dot_w3(c1, cb, xq, xb)) + o[1, b] * xsb
-        a2 += s[2, b] * db * np.float32(_dot_w3(c2, cb, xq, xb)) + o[2, b] * xsb
-        a3 += s[3, b] * db * np.float32(_dot_w3(c3, cb, xq, xb)) + o[3, b] * xsb
+        i0, i1, i2, i3 = _dot4_w3(c0, c1, c2, c3, cb, xq, xb)
+        a0 += s[0, b] * db * i0 + o[0, b] * xsb
+        a1 += s[1, b] * db * i1 + o[1, b] * xsb
+        a2 += s[2, b] * db * i2 + o[2, b] * xsb
+        a3 += s[3, b] * db * i3 + o[3, b] * xsb
     return a0, a1, a2, a3
 
 
@@ -226,10 +238,11 @@ def _blocks_w2(c0, c1, c2, c3, s, o, xq, d, xs, full):
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for b in range(full):
         cb, xb, db, xsb = b * 16, b * 64, d[b], xs[b]
-        a0 += s[0, b] * db * np.float32(_dot_w2(c0, cb, xq, xb)) + o[0, b] * xsb
-        a1 += s[1, b] * db * np.float32(_dot_w2(c1, cb, xq, xb)) + o[1, b] * xsb
-        a2 += s[2, b] * db * np.float32(_dot_w2(c2, cb, xq, xb)) + o[2, b] * xsb
-        a3 += s[3, b] * db * np.float32(_dot_w2(c3, cb, xq, xb)) + o[3, b] * xsb
+        i0, i1, i2, i3 = _dot4_w2(c0, c1, c2, c3, cb, xq, xb)
+        a0 += s[0, b] * db * i0 + o[0, b] * xsb
+        a1 += s[1, b] * db * i1 + o[1, b] * xsb
+        a2 += s[2, b] * db * i2 + o[2, b] * xsb
+        a3 += s[3, b] * db * i3 + o[3, b] * xsb
     return a0, a1, a2, a3
 
 
@@ -238,10 +251,11 @@ def _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full):
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for b in range(full):
         cb, xb, db, xsb = b * 64, b * 64, d[b], xs[b]
-        a0 += s[0, b] * db * np.float32(_dot_w8(c0, cb, xq16, xb)) + o[0, b] * xsb
-        a1 += s[1, b] * db * np.float32(_dot_w8(c1, cb, xq16, xb)) + o[1, b] * xsb
-        a2 += s[2, b] * db * np.float32(_dot_w8(c2, cb, xq16, xb)) + o[2, b] * xsb
-        a3 += s[3, b] * db * np.float32(_dot_w8(c3, cb, xq16, xb)) + o[3, b] * xsb
+        i0, i1, i2, i3 = _dot4_w8(c0, c1, c2, c3, cb, xq16, xb)
+        a0 += s[0, b] * db * i0 + o[0, b] * xsb
+        a1 += s[1, b] * db * i1 + o[1, b] * xsb
+        a2 += s[2, b] * db * i2 + o[2, b] * xsb
+        a3 += s[3, b] * db * i3 + o[3, b] * xsb
     return a0, a1, a2, a3
 
 
@@ -271,8 +285,8 @@ def _row_f32(bits, codes, scale, offset, xdq, xs, block, r):
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def gemv_i8(codes, scale, offset, x, block, y, chunks, bits):
-    """Four rows per step; each full 64-weight block one integer multiply-add intrinsic per row, then
-    y += scale * d_b * isum + offset * d_b * sum(xq). Blocks of 64 only."""
+    """Four rows per step; each full 64-weight block one intrinsic for the four rows (integer multiply-adds,
+    one reduction tree), then y += scale * d_b * isum + offset * d_b * sum(xq). Blocks of 64 only."""
     M = codes.shape[0]
     K = x.shape[0]
     nb = scale.shape[1]
