@@ -406,7 +406,7 @@ def load_result(path: str, flag: str) -> dict:
         usage_error(f"{flag}: cannot read {path!r} ({exc.strerror})")
     except ValueError as exc:
         usage_error(f"{flag}: {path!r} is not JSON ({exc}); give a file written by gemvbw sweep/model --json")
-    if not isinstance(doc, dict) or doc.get("schema") != "gemvbw.sweep/1":
+    if not isinstance(doc, dict) or doc.get("schema") != "gemvbw.sweep/1" or "settings" not in doc:
         usage_error(f"{flag}: {path!r} is not a gemvbw.sweep/1 result; give a file written by gemvbw sweep/model --json")
     return doc
 
@@ -485,17 +485,7 @@ RERUN_KEYS = ("shapes", "bits", "block", "threads", "iters", "reps", "flush_mib"
 
 
 def load_baseline(path: str) -> tuple[str, dict]:
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        usage_error(f"--rerun: cannot read {path!r} ({exc.strerror})")
-    except ValueError as exc:
-        usage_error(f"--rerun: {path!r} is not JSON ({exc}); give a file written by gemvbw sweep --json")
-    if not isinstance(doc, dict) or doc.get("schema") != "gemvbw.sweep/1" or "settings" not in doc:
-        usage_error(f"--rerun: {path!r} is not a gemvbw.sweep/1 result; give a file written by gemvbw sweep --json")
+    doc = load_result(path, "--rerun")
     return f"{path} ({doc.get('created', '?')})", doc
 
 

@@ -120,3 +120,11 @@ def row_chunks(groups, chunks):
     if nchunks == 0:
         return 0, 0
     return nchunks, (groups + nchunks - 1) // nchunks
+
+
+@njit(cache=True)
+def group_meta(scale, offset, r, tmp, s, o):
+    """Scales and offsets of rows r..r+ROWS-1 as float32 into s and o (ROWS x nblocks)."""
+    for i in range(s.shape[0]):
+        meta_row(scale, r + i, tmp, s[i])
+        meta_row(offset, r + i, tmp, o[i])

@@ -35,7 +35,7 @@ from gemvbw.kernels import w2 as _w2
 from gemvbw.kernels import w3 as _w3
 from gemvbw.kernels import w4 as _w4
 from gemvbw.kernels import w8 as _w8
-from gemvbw.kernels._common import FASTMATH, ROWS, meta_row, row_chunks
+from gemvbw.kernels._common import FASTMATH, ROWS, group_meta, row_chunks
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 V8x8, V16x8, V32x8 = ir.VectorType(I8, 8), ir.VectorType(I8, 16), ir.VectorType(I8, 32)
@@ -300,9 +300,7 @@ def gemv_i8(codes, scale, offset, x, block, y, chunks, bits):
         o = np.empty((ROWS, nb), np.float32)
         for g in range(c * per, min(groups, (c + 1) * per)):
             r = g * ROWS
-            for i in range(ROWS):
-                meta_row(scale, r + i, tmp, s[i])
-                meta_row(offset, r + i, tmp, o[i])
+            group_meta(scale, offset, r, tmp, s, o)
             c0 = codes[r]
             c1 = codes[r + 1]
             c2 = codes[r + 2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from gemvbw.kernels._common import FASTMATH, ROWS, block_sums, load_meta, meta_row, row_chunks
+from gemvbw.kernels._common import FASTMATH, ROWS, block_sums, load_meta, group_meta, row_chunks
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -54,9 +54,7 @@ def gemv_w8_rows4(codes, scale, offset, x, block, y, chunks):
         o = np.empty((ROWS, nb), np.float32)
         for g in range(c * per, min(groups, (c + 1) * per)):
             r = g * ROWS
-            for i in range(ROWS):
-                meta_row(scale, r + i, tmp, s[i])
-                meta_row(offset, r + i, tmp, o[i])
+            group_meta(scale, offset, r, tmp, s, o)
             c0 = codes[r]
             c1 = codes[r + 1]
             c2 = codes[r + 2]

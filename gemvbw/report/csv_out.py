@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import TextIO
 
+from gemvbw.report.json_out import FinalOnlyReporter
 from gemvbw.results import SweepRecord
 
 COLUMNS = [
@@ -34,16 +34,6 @@ def csv_text(record: SweepRecord) -> str:
     return out.getvalue()
 
 
-class CsvReporter:
-    def __init__(self, stream: TextIO):
-        self.stream = stream
-
-    def start(self, record, total_groups): pass
-    def roofline(self, record): pass
-    def group_done(self, label, index, group): pass
-    def result(self, record, result): pass
-    def failure(self, record, failure): pass
-
-    def finish(self, record: SweepRecord) -> None:
-        self.stream.write(csv_text(record))
-        self.stream.flush()
+class CsvReporter(FinalOnlyReporter):
+    def text(self, record: SweepRecord) -> str:
+        return csv_text(record)

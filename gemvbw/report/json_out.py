@@ -16,7 +16,9 @@ def json_text(record: SweepRecord) -> str:
     return dumps(record.to_dict())
 
 
-class JsonReporter:
+class FinalOnlyReporter:
+    """A screen format that prints the whole record once, when the run ends (or is interrupted)."""
+
     def __init__(self, stream: TextIO):
         self.stream = stream
 
@@ -26,6 +28,14 @@ class JsonReporter:
     def result(self, record, result): pass
     def failure(self, record, failure): pass
 
+    def text(self, record: SweepRecord) -> str:
+        raise NotImplementedError
+
     def finish(self, record: SweepRecord) -> None:
-        self.stream.write(json_text(record))
+        self.stream.write(self.text(record))
         self.stream.flush()
+
+
+class JsonReporter(FinalOnlyReporter):
+    def text(self, record: SweepRecord) -> str:
+        return json_text(record)
