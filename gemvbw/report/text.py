@@ -59,10 +59,19 @@ def note_lines(record: SweepRecord) -> list[str]:
         times = ", ".join(f"{v} {us:.0f} us" for v, us in sorted(choice["timings_us"].items(), key=lambda kv: kv[1]))
         lines.append(f"--kernel auto chose {choice['variant']} for {width} ({choice['source']}"
                      + (f"; warm calibration on this shape: {times}" if times else "") + ")")
+    by_code: dict[str, list] = {}
     for r in record.results:
         for n in r.notes:
-            lines.append(f"{label(r, record)}: {n.message}. Advice: {n.advice}.")
+            by_code.setdefault(n.code, []).append((r, n))
+    for items in by_code.values():  # one line per kind of warning: each row's finding, the advice once
+        findings = "; ".join(f"{row_name(r, record)}: {n.message}" for r, n in items)
+        lines.append(f"{findings}. Advice: {items[0][1].advice}.")
     return lines
+
+
+def row_name(r, record: SweepRecord) -> str:
+    shape = f"{r.M}x{r.K} " if len(record.settings.get("shapes") or []) > 1 else ""
+    return shape + label(r, record)
 
 
 def fmt_opt(value: float | None, spec: str) -> str:
