@@ -277,3 +277,11 @@ def test_act_i8_reports_activation_error():
         assert r["max_rel_err"] < 1e-5 < r["act_quant_err"] < 1e-2
     res = run(TINY + ["--bits", "4", "--act", "i8", "--block", "32"])
     assert res.exit_code == 2 and "--act: i8 kernels work on blocks of 64" in res.stderr
+
+
+def test_roofline_command_per_thread_count():
+    res = run(["roofline", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    rows = [l for l in res.stdout.splitlines() if l.strip().startswith("1 |")]
+    assert len(rows) == 1 and float(rows[0].split("|")[1]) > 0 and float(rows[0].split("|")[2]) > 0
+    assert run(["roofline", "--threads", "99"]).exit_code == 2
