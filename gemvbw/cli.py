@@ -340,7 +340,8 @@ def info(fmt: str, root: str) -> None:
               show_default=True, help="auto = a live view on a terminal, text lines when piped.")
 @click.option("--json", "json_path", metavar="PATH", help="Also write the time series and summary as JSON.")
 @click.option("--csv", "csv_path", metavar="PATH", help="Also write the time series as CSV.")
-def soak(seconds: float, interval: float, fmt: str, **flags) -> None:
+@click.option("--md", "md_path", metavar="PATH", help="Also write the time series and summary as markdown.")
+def soak(seconds: float, interval: float, fmt: str, md_path: str | None, **flags) -> None:
     """Run one width and shape continuously: sustained bandwidth, frequency and temperature over time.
 
     The summary's sustained figure (median of the last third) is what a phone's decode speed
@@ -366,6 +367,9 @@ def soak(seconds: float, interval: float, fmt: str, **flags) -> None:
         files.append(lambda rec: report.write_atomic(settings.json_path, report.dumps(rec.to_dict())))
     if settings.csv_path:
         files.append(lambda rec: report.write_atomic(settings.csv_path, soak_mod.csv_text(rec)))
+    if md_path:
+        check_path(md_path, "--md")
+        files.append(lambda rec: report.write_atomic(md_path, soak_mod.markdown(rec)))
 
     def on_window(rec, window):
         view.window(rec, window)
@@ -508,12 +512,15 @@ def settings_as_flags(doc: dict) -> dict:
 
 @main.command()
 @click.option("--threads", metavar="INT", help="Largest thread count to measure (default: CPUs in the affinity mask).")
-def roofline(threads: str | None) -> None:
+@click.option("--json", "json_path", metavar="PATH", help="Also write the figures as JSON.")
+@click.option("--csv", "csv_path", metavar="PATH", help="Also write the figures as CSV.")
+@click.option("--md", "md_path", metavar="PATH", help="Also write the table as markdown.")
+def roofline(threads: str | None, json_path: str | None, csv_path: str | None, md_path: str | None) -> None:
     """memcpy (MNN's roofline, read+write counted) and read-only bandwidth for 1..N threads."""
     require_numba()
     import numba
 
-    from gemvbw import system
+    from gemvbw import report, system
     from gemvbw.roofline import measure_roofline
     from gemvbw.settings import SettingsError, format_cpus, resolve
 
@@ -521,12 +528,28 @@ def roofline(threads: str | None) -> None:
         top = resolve({"threads": threads, "bits": "8"}).threads
     except SettingsError as exc:
         usage_error(str(exc))
+    for path, flag in ((json_path, "--json"), (csv_path, "--csv"), (md_path, "--md")):
+        if path:
+            check_path(path, flag)
     llc = system.last_level_cache_bytes()
     llc = None if isinstance(llc, system.Unknown) else llc
-    click.echo(f"affinity: {format_cpus(system.affinity())}")
-    click.echo("threads | memcpy GB/s (2x bytes) | read GB/s")
-    click.echo("-------:|----------------------:|---------:")
+    lines = [f"affinity: {format_cpus(system.affinity())}", "threads | memcpy GB/s (2x bytes) | read GB/s",
+             "-------:|----------------------:|---------:"]
+    for line in lines:
+        click.echo(line)
+    rows = []
     for t in range(1, top + 1):
         numba.set_num_threads(t)
         rf = measure_roofline(t, llc)
-        click.echo(f"{t:7d} | {rf.memcpy.gbps:21.1f} | {rf.read.gbps:9.1f}")
+        rows.append({"threads": t, "memcpy_gbps": rf.memcpy.gbps, "read_gbps": rf.read.gbps,
+                     "memcpy_buffer_bytes": rf.memcpy.buffer_bytes, "read_buffer_bytes": rf.read.buffer_bytes})
+        lines.append(f"{t:7d} | {rf.memcpy.gbps:21.1f} | {rf.read.gbps:9.1f}")
+        click.echo(lines[-1])
+    if json_path:
+        report.write_atomic(json_path, report.dumps({"schema": "gemvbw.roofline/1", "system": system.describe(),
+                                                     "rooflines": rows}))
+    if csv_path:
+        report.write_atomic(csv_path, "threads,memcpy_gbps,read_gbps\n" + "".join(
+            f"{r['threads']},{r['memcpy_gbps']:.4f},{r['read_gbps']:.4f}\n" for r in rows))
+    if md_path:
+        report.write_atomic(md_path, "\n".join(lines) + "\n")

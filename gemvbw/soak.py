@@ -136,3 +136,18 @@ def csv_text(record: SoakRecord) -> str:
         lines.append(f"{w.t_s:.3f},{w.calls},{w.mean_us:.3f},{w.eff_gbps:.4f},{mhz},"
                      f"{'' if w.celsius is None else w.celsius}")
     return "\n".join(lines) + "\n"
+
+
+def markdown(record: SoakRecord) -> str:
+    s, settings = record.summary(), record.settings
+    lines = [f"## gemvbw soak: w{settings['bits'][0]} {record.variant} {settings['M']}x{settings['K']}, "
+             f"{settings['threads']} threads, {record.seconds:g} s in windows of {record.interval:g} s", "",
+             "t s | calls | mean us | eff GB/s | MHz | C", "---:|---:|---:|---:|---|---:"]
+    for w in record.windows:
+        mhz = "/".join("?" if m is None else f"{m:.0f}" for m in w.mhz)
+        lines.append(f"{w.t_s:.1f} | {w.calls} | {w.mean_us:.1f} | {w.eff_gbps:.2f} | {mhz} | "
+                     f"{'?' if w.celsius is None else f'{w.celsius:.1f}'}")
+    if s["peak_gbps"] is not None:
+        lines += ["", f"peak {s['peak_gbps']:.2f} GB/s (best window); sustained {s['sustained_gbps']:.2f} GB/s "
+                      f"(median of the last third); sustained/peak {s['sustained_over_peak']:.2f}"]
+    return "\n".join(lines) + "\n"

@@ -279,9 +279,14 @@ def test_act_i8_reports_activation_error():
     assert res.exit_code == 2 and "--act: i8 kernels work on blocks of 64" in res.stderr
 
 
-def test_roofline_command_per_thread_count():
-    res = run(["roofline", "--threads", "1"])
+def test_roofline_command_per_thread_count(tmp_path):
+    res = run(["roofline", "--threads", "1", "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"),
+               "--md", str(tmp_path / "r.md")])
     assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["schema"] == "gemvbw.roofline/1" and doc["rooflines"][0]["threads"] == 1
+    assert (tmp_path / "r.csv").read_text().startswith("threads,memcpy_gbps,read_gbps\n1,")
+    assert "memcpy GB/s" in (tmp_path / "r.md").read_text()
     rows = [l for l in res.stdout.splitlines() if l.strip().startswith("1 |")]
     assert len(rows) == 1 and float(rows[0].split("|")[1]) > 0 and float(rows[0].split("|")[2]) > 0
     assert run(["roofline", "--threads", "99"]).exit_code == 2

@@ -153,7 +153,7 @@ def test_soak_time_series_and_summary(tmp_path):
     out, csv_path = tmp_path / "soak.json", tmp_path / "soak.csv"
     res = CliRunner().invoke(main, ["soak", "--M", "64", "--K", "256", "--seconds", "1", "--interval", "0.2",
                                     "--flush-mib", "0", "--threads", "1", "--format", "text",
-                                    "--json", str(out), "--csv", str(csv_path)])
+                                    "--json", str(out), "--csv", str(csv_path), "--md", str(tmp_path / "soak.md")])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["schema"] == "gemvbw.soak/1" and len(doc["windows"]) >= 3
@@ -164,6 +164,7 @@ def test_soak_time_series_and_summary(tmp_path):
                                                              else sum(sorted(tail)[len(tail) // 2 - 1:len(tail) // 2 + 1]) / 2)
     assert csv_path.read_text().startswith("t_s,calls,mean_us,eff_gbps,mhz,celsius\n")
     assert "sustained" in res.stdout and "peak" in res.stdout
+    assert "sustained/peak" in (tmp_path / "soak.md").read_text()
 
 
 def test_soak_takes_one_width():
