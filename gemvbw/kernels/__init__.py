@@ -44,10 +44,6 @@ class KernelSpec:
     def reference_x(self, x: np.ndarray, block: int) -> np.ndarray:
         return x if self.activations is None else self.activations(x, block)
 
-    @property
-    def name(self) -> str:
-        return self.variant
-
 
 _REGISTRY: dict[tuple[int, str, str], KernelSpec] = {}
 
