@@ -134,7 +134,7 @@ class Sweep:
             warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
                                on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
         result = KernelResult(
-            qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, s.threads, spec.act, spec.variant, measurement,
+            qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, numba.get_num_threads(), spec.act, spec.variant, measurement,
             qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm, act_quant_err=act_err,
         )
         resident = qm.nbytes + x.nbytes + y.nbytes
