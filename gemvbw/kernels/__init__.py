@@ -110,24 +110,13 @@ def _describe(fn) -> str:
     return " ".join((fn.__doc__ or "").split())
 
 
-def _i8_binder(bits: int) -> Callable[[QuantizedMatrix], Runner]:
-    from gemvbw.kernels.i8 import gemv_i8, gemv_w2_i8, gemv_w3_i8
-
-    own = {2: gemv_w2_i8, 3: gemv_w3_i8}.get(bits)  # w2/w3 pair blocks in kernels of their own
+def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
+    chunked = _chunked_binder(fn)
 
     def bind(qm: QuantizedMatrix) -> Runner:
         if qm.block != 64:
             raise ValueError("int8-activation kernels handle block 64 only")
-        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
-        chunks = 4 * numba.get_num_threads()
-        if own is not None:
-            def run(x: np.ndarray, y: np.ndarray) -> None:
-                own(codes, scale, offset, x, block, y, chunks)
-        else:
-            def run(x: np.ndarray, y: np.ndarray) -> None:
-                gemv_i8(codes, scale, offset, x, block, y, chunks, bits)
-
-        return run
+        return chunked(qm)
 
     return bind
 
@@ -139,10 +128,10 @@ def _register_i8() -> None:
     cpu = system.describe_cpu()
     if cpu["machine"] not in ("x86_64", "AMD64") or "avx2" not in cpu["isa"]:
         return
-    from gemvbw.kernels.i8 import dequantized_activations, gemv_i8, gemv_w2_i8, gemv_w3_i8
+    from gemvbw.kernels.i8 import dequantized_activations, gemv_w2_i8, gemv_w3_i8, gemv_w4_i8, gemv_w8_i8
 
-    for bits, fn in ((8, gemv_i8), (4, gemv_i8), (3, gemv_w3_i8), (2, gemv_w2_i8)):
-        register(KernelSpec(bits, "i8", "rows4", _describe(fn), _i8_binder(bits), priority=1,
+    for bits, fn in ((8, gemv_w8_i8), (4, gemv_w4_i8), (3, gemv_w3_i8), (2, gemv_w2_i8)):
+        register(KernelSpec(bits, "i8", "rows4", _describe(fn), _i8_binder(fn), priority=1,
                             activations=dequantized_activations, blocks=(64,)))
 
 

@@ -208,19 +208,6 @@ def dequantized_activations(x: np.ndarray, block: int) -> np.ndarray:
 # outside the loop: inside it, four branches per block cost about 3x in speed).
 
 @njit(cache=True, fastmath=FASTMATH)
-def _blocks_w4(c0, c1, c2, c3, s, o, xq, d, xs, full):
-    a0 = a1 = a2 = a3 = np.float32(0.0)
-    for b in range(full):
-        cb, xb, db, xsb = b * 32, b * 64, d[b], xs[b]
-        i0, i1, i2, i3 = _dot4_w4(c0, c1, c2, c3, cb, xq, xb)
-        a0 += s[0, b] * db * i0 + o[0, b] * xsb
-        a1 += s[1, b] * db * i1 + o[1, b] * xsb
-        a2 += s[2, b] * db * i2 + o[2, b] * xsb
-        a3 += s[3, b] * db * i3 + o[3, b] * xsb
-    return a0, a1, a2, a3
-
-
-@njit(cache=True, fastmath=FASTMATH)
 def _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full):
     a0 = a1 = a2 = a3 = np.float32(0.0)
     for b in range(full):
@@ -233,26 +220,10 @@ def _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full):
     return a0, a1, a2, a3
 
 
-@njit(cache=True, fastmath=FASTMATH)
-def _dot_block_f32(bits, row, xdq, b, block):
-    """A shorter last block (w8, w4): the width's f32 loop on the dequantized activations."""
-    if bits == 4:
-        return _w4._dot_block(row, xdq, b, block)
-    return _w8._dot_block(row, xdq, b, block)
-
-
-@njit(cache=True, fastmath=FASTMATH)
-def _row_f32(bits, codes, scale, offset, xdq, xs, block, r):
-    """A row left over after the groups of four (w8, w4), on the dequantized activations."""
-    if bits == 4:
-        return _w4._row_ref(codes, scale, offset, xdq, xs, block, r)
-    return _w8._row_ref(codes, scale, offset, xdq, xs, block, r)
-
-
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def gemv_i8(codes, scale, offset, x, block, y, chunks, bits):
-    """w8 and w4, int8 activations: four rows per step, each full 64-weight block one intrinsic for the four
-    rows (integer multiply-adds, one reduction tree), then y += scale * d_b * isum + offset * d_b * sum(xq).
+def gemv_w8_i8(codes, scale, offset, x, block, y, chunks):
+    """w8, int8 activations: four rows per step, each full 64-weight block one intrinsic for the four rows
+    (16-bit multiply-adds, one reduction tree), then y += scale * d_b * isum + offset * d_b * sum(xq).
     Blocks of 64 only."""
     M = codes.shape[0]
     K = x.shape[0]
@@ -272,32 +243,29 @@ def gemv_i8(codes, scale, offset, x, block, y, chunks, bits):
             c1 = codes[r + 1]
             c2 = codes[r + 2]
             c3 = codes[r + 3]
-            if bits == 4:
-                a0, a1, a2, a3 = _blocks_w4(c0, c1, c2, c3, s, o, xq, d, xs, full)
-            else:
-                a0, a1, a2, a3 = _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full)
+            a0, a1, a2, a3 = _blocks_w8(c0, c1, c2, c3, s, o, xq16, d, xs, full)
             if full < nb:
-                a0 += s[0, full] * _dot_block_f32(bits, c0, xdq, full, block) + o[0, full] * xs[full]
-                a1 += s[1, full] * _dot_block_f32(bits, c1, xdq, full, block) + o[1, full] * xs[full]
-                a2 += s[2, full] * _dot_block_f32(bits, c2, xdq, full, block) + o[2, full] * xs[full]
-                a3 += s[3, full] * _dot_block_f32(bits, c3, xdq, full, block) + o[3, full] * xs[full]
+                a0 += s[0, full] * _w8._dot_block(c0, xdq, full, block) + o[0, full] * xs[full]
+                a1 += s[1, full] * _w8._dot_block(c1, xdq, full, block) + o[1, full] * xs[full]
+                a2 += s[2, full] * _w8._dot_block(c2, xdq, full, block) + o[2, full] * xs[full]
+                a3 += s[3, full] * _w8._dot_block(c3, xdq, full, block) + o[3, full] * xs[full]
             y[r] = a0
             y[r + 1] = a1
             y[r + 2] = a2
             y[r + 3] = a3
     for r in range(groups * ROWS, M):
-        y[r] = _row_f32(bits, codes, scale, offset, xdq, xs, block, r)
+        y[r] = _w8._row_ref(codes, scale, offset, xdq, xs, block, r)
 
 
-# --- w2 and w3: two blocks per call, in kernels of their own ---------------------------------
+# --- w4, w3, w2: two blocks per call --------------------------------------------------------------
 # A w2 block is 16 code bytes and a w3 block's low plane too: half a vector. Two blocks fill one,
-# and with the activations permuted once per call (field p of block pair q: the 16 activations of
-# block 2q, then the 16 of block 2q+1) each 128-bit half of the products belongs to one block, so
-# the vphaddd tree yields [4 rows x block 2q | 4 rows x block 2q+1] and the scale/offset math runs
-# on 8 lanes at once, against the row group's scales laid out block-major. Measured against the
-# one-block path (same run, 4096x14336, 2 threads, cold): w2 7.1-7.8 vs 5.7-6.3 GB/s, w3 7.6-9.6
-# vs 5.8-6.3. They are separate kernels because routing them through gemv_i8's width branch lost
-# the gain (measured: slower than the one-block path).
+# and with the activations permuted once per call (vector p of block pair q: 16 activations of
+# block 2q, then the same 16 positions of block 2q+1) each 128-bit half of the products belongs to
+# one block, so the vphaddd tree yields [4 rows x block 2q | 4 rows x block 2q+1] and the
+# scale/offset math runs on 8 lanes at once, against the row group's scales laid out block-major.
+# w4 pairs the halves of its 32-byte blocks the same way. Measured against one block per call
+# (same run, 4096x14336, 2 threads, cold): w2 7.1-7.8 vs 5.7-6.3 GB/s, w3 7.6-9.6 vs 5.8-6.3,
+# w4 11.2-13.6 vs 10.1-12.5.
 
 F32 = ir.FloatType()
 V8F = ir.VectorType(F32, 8)
@@ -354,13 +322,30 @@ def _intrinsic_pair(partial):
     return intrinsic(pair4)
 
 
+def _pair_w4(context, builder, cty, codes, cofs, acts):
+    """Two w4 blocks (64 bytes): [block0 bytes 0-15 | block1 bytes 0-15] and [bytes 16-31 | 16-31];
+    their low nibbles are positions 0-15 and 16-31, their high nibbles 32-47 and 48-63."""
+    a = _concat(builder, _load(context, builder, cty, codes, cofs, V16x8),
+                _load(context, builder, cty, codes, _off(builder, cofs, 32), V16x8))
+    b = _concat(builder, _load(context, builder, cty, codes, _off(builder, cofs, 16), V16x8),
+                _load(context, builder, cty, codes, _off(builder, cofs, 48), V16x8))
+    lo, hi = _splat(V32x8, 15), _splat(V32x8, 4)
+    return _madd_u8s8(builder, [(builder.and_(a, lo), acts[0]), (builder.lshr(a, hi), acts[1]),
+                                (builder.and_(b, lo), acts[2]), (builder.lshr(b, hi), acts[3])])
+
+
 _pair4_w2 = _intrinsic_pair(_pair_w2)
 _pair4_w3 = _intrinsic_pair(_pair_w3)
+_pair4_w4 = _intrinsic_pair(_pair_w4)
+# which 16 positions of a block each of the four activation vectors of a pair holds
+_PLANE_ORDER = np.array([0, 16, 32, 48], dtype=np.int64)  # w2, w3: fields 0..3
+_NIBBLE_ORDER = np.array([0, 32, 16, 48], dtype=np.int64)  # w4: low a, high a, low b, high b
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def pair_activations(xq, d, xs, full):
-    """Per call, for w2/w3: activations permuted for block pairs, and d, d*sum(xq) spread over 8 lanes."""
+def pair_activations(xq, d, xs, full, order):
+    """Per call: activations permuted for block pairs (vector p of pair q holds positions
+    order[p]..order[p]+15 of block 2q, then of block 2q+1), and d, d*sum(xq) spread over 8 lanes."""
     npairs = full // 2
     xqp = np.empty(npairs * 128, np.int8)
     dd = np.empty(npairs * 8, np.float32)
@@ -370,7 +355,7 @@ def pair_activations(xq, d, xs, full):
             b = 2 * q + h
             for p in range(4):
                 for j in range(16):
-                    xqp[q * 128 + p * 32 + 16 * h + j] = xq[b * 64 + p * 16 + j]
+                    xqp[q * 128 + p * 32 + 16 * h + j] = xq[b * 64 + order[p] + j]
             for k in range(4):
                 dd[q * 8 + 4 * h + k] = d[b]
                 xss[q * 8 + 4 * h + k] = xs[b]
@@ -385,7 +370,7 @@ def gemv_w2_i8(codes, scale, offset, x, block, y, chunks):
     nb = scale.shape[1]
     full = K // block
     xq, xq16, d, xs, xdq = quantize_activations(x, block, nb)
-    xqp, dd, xss = pair_activations(xq, d, xs, full)
+    xqp, dd, xss = pair_activations(xq, d, xs, full, _PLANE_ORDER)
     groups = M // ROWS
     nchunks, per = row_chunks(groups, chunks)
     for c in prange(nchunks):
@@ -438,7 +423,7 @@ def gemv_w3_i8(codes, scale, offset, x, block, y, chunks):
     nb = scale.shape[1]
     full = K // block
     xq, xq16, d, xs, xdq = quantize_activations(x, block, nb)
-    xqp, dd, xss = pair_activations(xq, d, xs, full)
+    xqp, dd, xss = pair_activations(xq, d, xs, full, _PLANE_ORDER)
     groups = M // ROWS
     nchunks, per = row_chunks(groups, chunks)
     for c in prange(nchunks):
@@ -481,3 +466,56 @@ def gemv_w3_i8(codes, scale, offset, x, block, y, chunks):
             y[r + 3] = a3
     for r in range(groups * ROWS, M):
         y[r] = _w3._row_ref(codes, scale, offset, xdq, xs, block, r)
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def gemv_w4_i8(codes, scale, offset, x, block, y, chunks):
+    """w4, int8 activations: two blocks per intrinsic call for four rows. Blocks of 64 only."""
+    M = codes.shape[0]
+    K = x.shape[0]
+    nb = scale.shape[1]
+    full = K // block
+    xq, xq16, d, xs, xdq = quantize_activations(x, block, nb)
+    xqp, dd, xss = pair_activations(xq, d, xs, full, _NIBBLE_ORDER)
+    groups = M // ROWS
+    nchunks, per = row_chunks(groups, chunks)
+    for c in prange(nchunks):
+        tmp = np.empty(nb, np.uint32)
+        s = np.empty((ROWS, nb), np.float32)
+        o = np.empty((ROWS, nb), np.float32)
+        st = np.empty(nb * ROWS, np.float32)
+        ot = np.empty(nb * ROWS, np.float32)
+        acc = np.zeros(8, np.float32)
+        for g in range(c * per, min(groups, (c + 1) * per)):
+            r = g * ROWS
+            group_meta(scale, offset, r, tmp, s, o)
+            for b in range(nb):
+                for i in range(ROWS):
+                    st[b * ROWS + i] = s[i, b]
+                    ot[b * ROWS + i] = o[i, b]
+            c0 = codes[r]
+            c1 = codes[r + 1]
+            c2 = codes[r + 2]
+            c3 = codes[r + 3]
+            acc[:] = 0
+            for q in range(full // 2):
+                _pair4_w4(c0, c1, c2, c3, q * 64, xqp, q * 128, st, ot, q * 8, dd, xss, acc)
+            a0, a1, a2, a3 = acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]
+            if full % 2:  # an odd last full block: one block for the four rows
+                b = full - 1
+                i0, i1, i2, i3 = _dot4_w4(c0, c1, c2, c3, b * 32, xq, b * 64)
+                a0 += s[0, b] * d[b] * i0 + o[0, b] * xs[b]
+                a1 += s[1, b] * d[b] * i1 + o[1, b] * xs[b]
+                a2 += s[2, b] * d[b] * i2 + o[2, b] * xs[b]
+                a3 += s[3, b] * d[b] * i3 + o[3, b] * xs[b]
+            if full < nb:
+                a0 += s[0, full] * _w4._dot_block(c0, xdq, full, block) + o[0, full] * xs[full]
+                a1 += s[1, full] * _w4._dot_block(c1, xdq, full, block) + o[1, full] * xs[full]
+                a2 += s[2, full] * _w4._dot_block(c2, xdq, full, block) + o[2, full] * xs[full]
+                a3 += s[3, full] * _w4._dot_block(c3, xdq, full, block) + o[3, full] * xs[full]
+            y[r] = a0
+            y[r + 1] = a1
+            y[r + 2] = a2
+            y[r + 3] = a3
+    for r in range(groups * ROWS, M):
+        y[r] = _w4._row_ref(codes, scale, offset, xdq, xs, block, r)
