@@ -79,44 +79,9 @@ def _off(builder, base, k):
     return builder.add(base, ir.Constant(base.type, k))
 
 
-def _fields2(builder, c):
-    """The four 2-bit fields of <16 x i8> bytes, as (fields 0|1, fields 2|3) <32 x i8> vectors."""
-    f = [builder.and_(builder.lshr(c, _splat(V16x8, 2 * p)), _splat(V16x8, 3)) for p in range(4)]
-    return _concat(builder, f[0], f[1]), _concat(builder, f[2], f[3])
-
-
-def _acts(context, builder, arrty, arr, xofs):
-    """The block's 64 int8 activations as two <32 x i8> halves."""
-    return (_load(context, builder, arrty, arr, xofs, V32x8),
-            _load(context, builder, arrty, arr, _off(builder, xofs, 32), V32x8))
-
-
 def _acts16(context, builder, arrty, arr, xofs):
     """The block's 64 activations as four <16 x i16> (w8 multiplies in 16 bits: no saturation)."""
     return [_load(context, builder, arrty, arr, _off(builder, xofs, 16 * part), V16x16) for part in range(4)]
-
-
-def _partial_w4(context, builder, cty, codes, cofs, acts):
-    c = _load(context, builder, cty, codes, cofs, V32x8)
-    lo = builder.and_(c, _splat(V32x8, 15))
-    hi = builder.lshr(c, _splat(V32x8, 4))
-    return _madd_u8s8(builder, [(lo, acts[0]), (hi, acts[1])])
-
-
-def _partial_w2(context, builder, cty, codes, cofs, acts):
-    v01, v23 = _fields2(builder, _load(context, builder, cty, codes, cofs, V16x8))
-    return _madd_u8s8(builder, [(v01, acts[0]), (v23, acts[1])])
-
-
-def _partial_w3(context, builder, cty, codes, cofs, acts):
-    lo01, lo23 = _fields2(builder, _load(context, builder, cty, codes, cofs, V16x8))
-    h = _load(context, builder, cty, codes, _off(builder, cofs, 16), V8x8)
-    bits = [builder.and_(builder.lshr(h, _splat(V8x8, p)), _splat(V8x8, 1)) for p in range(8)]
-    hi03 = _concat(builder, _concat(builder, bits[0], bits[1]), _concat(builder, bits[2], bits[3]))
-    hi47 = _concat(builder, _concat(builder, bits[4], bits[5]), _concat(builder, bits[6], bits[7]))
-    q0 = builder.add(lo01, builder.shl(hi03, _splat(V32x8, 2)))
-    q1 = builder.add(lo23, builder.shl(hi47, _splat(V32x8, 2)))
-    return _madd_u8s8(builder, [(q0, acts[0]), (q1, acts[1])])
 
 
 def _partial_w8(context, builder, cty, codes, cofs, acts16):
@@ -129,8 +94,6 @@ def _partial_w8(context, builder, cty, codes, cofs, acts16):
     return acc
 
 
-# per width: how to get one row's <8 x i32> partial sums of a block, and how to load its activations
-_PARTIAL = {8: (_partial_w8, _acts16), 4: (_partial_w4, _acts), 3: (_partial_w3, _acts), 2: (_partial_w2, _acts)}
 
 
 def _reduce4_f32(builder, s0, s1, s2, s3):
@@ -145,9 +108,7 @@ def _reduce4_f32(builder, s0, s1, s2, s3):
     return [builder.extract_element(f, ir.Constant(I32, i)) for i in range(4)]
 
 
-def _intrinsic4(bits):
-    partial, acts_of = _PARTIAL[bits]
-
+def _intrinsic4(partial, acts_of):
     def dot4(typingctx, c0, c1, c2, c3, cofs, xq, xofs):
         sig = types.UniTuple(types.float32, 4)(c0, c1, c2, c3, cofs, xq, xofs)
 
@@ -158,12 +119,11 @@ def _intrinsic4(bits):
 
         return sig, codegen
 
-    dot4.__name__ = f"_dot4_w{bits}"
     return intrinsic(dot4)
 
 
-# one block of 64 weights, four rows at once: their sums of q * xq, as float32
-_dot4_w8, _dot4_w4, _dot4_w3, _dot4_w2 = (_intrinsic4(b) for b in (8, 4, 3, 2))
+# w8: one block of 64 weights, four rows at once: their sums of q * xq, as float32
+_dot4_w8 = _intrinsic4(_partial_w8, _acts16)
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -395,18 +355,11 @@ def gemv_w2_i8(codes, scale, offset, x, block, y, chunks):
             for q in range(full // 2):
                 _pair4_w2(c0, c1, c2, c3, q * 32, xqp, q * 128, st, ot, q * 8, dd, xss, acc)
             a0, a1, a2, a3 = acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]
-            if full % 2:  # an odd last full block: one block for the four rows
-                b = full - 1
-                i0, i1, i2, i3 = _dot4_w2(c0, c1, c2, c3, b * 16, xq, b * 64)
-                a0 += s[0, b] * d[b] * i0 + o[0, b] * xs[b]
-                a1 += s[1, b] * d[b] * i1 + o[1, b] * xs[b]
-                a2 += s[2, b] * d[b] * i2 + o[2, b] * xs[b]
-                a3 += s[3, b] * d[b] * i3 + o[3, b] * xs[b]
-            if full < nb:
-                a0 += s[0, full] * _w2._dot_block(c0, xdq, full, block) + o[0, full] * xs[full]
-                a1 += s[1, full] * _w2._dot_block(c1, xdq, full, block) + o[1, full] * xs[full]
-                a2 += s[2, full] * _w2._dot_block(c2, xdq, full, block) + o[2, full] * xs[full]
-                a3 += s[3, full] * _w2._dot_block(c3, xdq, full, block) + o[3, full] * xs[full]
+            for b in range(full - full % 2, nb):  # an odd last full block, a shorter last block
+                a0 += s[0, b] * _w2._dot_block(c0, xdq, b, block) + o[0, b] * xs[b]
+                a1 += s[1, b] * _w2._dot_block(c1, xdq, b, block) + o[1, b] * xs[b]
+                a2 += s[2, b] * _w2._dot_block(c2, xdq, b, block) + o[2, b] * xs[b]
+                a3 += s[3, b] * _w2._dot_block(c3, xdq, b, block) + o[3, b] * xs[b]
             y[r] = a0
             y[r + 1] = a1
             y[r + 2] = a2
@@ -448,18 +401,11 @@ def gemv_w3_i8(codes, scale, offset, x, block, y, chunks):
             for q in range(full // 2):
                 _pair4_w3(c0, c1, c2, c3, q * 48, xqp, q * 128, st, ot, q * 8, dd, xss, acc)
             a0, a1, a2, a3 = acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]
-            if full % 2:
-                b = full - 1
-                i0, i1, i2, i3 = _dot4_w3(c0, c1, c2, c3, b * 24, xq, b * 64)
-                a0 += s[0, b] * d[b] * i0 + o[0, b] * xs[b]
-                a1 += s[1, b] * d[b] * i1 + o[1, b] * xs[b]
-                a2 += s[2, b] * d[b] * i2 + o[2, b] * xs[b]
-                a3 += s[3, b] * d[b] * i3 + o[3, b] * xs[b]
-            if full < nb:
-                a0 += s[0, full] * _w3._dot_block(c0, xdq, full, block) + o[0, full] * xs[full]
-                a1 += s[1, full] * _w3._dot_block(c1, xdq, full, block) + o[1, full] * xs[full]
-                a2 += s[2, full] * _w3._dot_block(c2, xdq, full, block) + o[2, full] * xs[full]
-                a3 += s[3, full] * _w3._dot_block(c3, xdq, full, block) + o[3, full] * xs[full]
+            for b in range(full - full % 2, nb):  # an odd last full block, a shorter last block
+                a0 += s[0, b] * _w3._dot_block(c0, xdq, b, block) + o[0, b] * xs[b]
+                a1 += s[1, b] * _w3._dot_block(c1, xdq, b, block) + o[1, b] * xs[b]
+                a2 += s[2, b] * _w3._dot_block(c2, xdq, b, block) + o[2, b] * xs[b]
+                a3 += s[3, b] * _w3._dot_block(c3, xdq, b, block) + o[3, b] * xs[b]
             y[r] = a0
             y[r + 1] = a1
             y[r + 2] = a2
@@ -501,18 +447,11 @@ def gemv_w4_i8(codes, scale, offset, x, block, y, chunks):
             for q in range(full // 2):
                 _pair4_w4(c0, c1, c2, c3, q * 64, xqp, q * 128, st, ot, q * 8, dd, xss, acc)
             a0, a1, a2, a3 = acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]
-            if full % 2:  # an odd last full block: one block for the four rows
-                b = full - 1
-                i0, i1, i2, i3 = _dot4_w4(c0, c1, c2, c3, b * 32, xq, b * 64)
-                a0 += s[0, b] * d[b] * i0 + o[0, b] * xs[b]
-                a1 += s[1, b] * d[b] * i1 + o[1, b] * xs[b]
-                a2 += s[2, b] * d[b] * i2 + o[2, b] * xs[b]
-                a3 += s[3, b] * d[b] * i3 + o[3, b] * xs[b]
-            if full < nb:
-                a0 += s[0, full] * _w4._dot_block(c0, xdq, full, block) + o[0, full] * xs[full]
-                a1 += s[1, full] * _w4._dot_block(c1, xdq, full, block) + o[1, full] * xs[full]
-                a2 += s[2, full] * _w4._dot_block(c2, xdq, full, block) + o[2, full] * xs[full]
-                a3 += s[3, full] * _w4._dot_block(c3, xdq, full, block) + o[3, full] * xs[full]
+            for b in range(full - full % 2, nb):  # an odd last full block, a shorter last block
+                a0 += s[0, b] * _w4._dot_block(c0, xdq, b, block) + o[0, b] * xs[b]
+                a1 += s[1, b] * _w4._dot_block(c1, xdq, b, block) + o[1, b] * xs[b]
+                a2 += s[2, b] * _w4._dot_block(c2, xdq, b, block) + o[2, b] * xs[b]
+                a3 += s[3, b] * _w4._dot_block(c3, xdq, b, block) + o[3, b] * xs[b]
             y[r] = a0
             y[r + 1] = a1
             y[r + 2] = a2
