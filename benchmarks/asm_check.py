@@ -9,7 +9,8 @@ and counts what matters for speed:
   into the hot loop, 4 lanes or scalar instead of 8;
 - vinsertps/vpinsr* gathers: the pattern numba emits when a negative-index check
   defeats vectorization;
-- instructions per weight in the hottest loop.
+- instructions per weight in the hot loop of the int8 kernels (weights per iteration
+  counted from its multiply-adds: 32 per vpmaddubsw, else 16 per vpmaddwd).
 
 Usage:  python benchmarks/asm_check.py [--bits 8,4,3,2] [--show]
 Exit 1 if a variant other than 'ref' has int64 widening or gathers in its hottest loop,
@@ -31,9 +32,6 @@ from gemvbw.quant import random_activations, random_quantized
 
 BAD = ("vpmovzxbq", "vcvtsi2ss", "vcvtsi2sd", "vinsertps", "vpinsrb", "vpinsrw", "vpinsrd", "vpinsrq")
 
-# weights each kernel handles per iteration of its innermost vector loop are not known
-# statically; we report instructions per ymm FMA and per loaded code byte instead.
-
 
 def fresh_asm(spec: kernels.KernelSpec) -> str:
     """Compile the variant's numba function again with cache off and return its assembly."""
@@ -50,6 +48,10 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     params = {"codes": qm.codes, "scale": qm.scale_raw, "offset": qm.offset_raw, "x": x, "block": qm.block, "y": y,
               "chunks": 8, "bits": spec.bits}
     names = fn.py_func.__code__.co_varnames[: fn.py_func.__code__.co_argcount]
+    if "pc" in names:  # a kernel on a repacked layout
+        from gemvbw.kernels.i8_packed import pack
+
+        params["pc"], params["pm"], params["npairs"] = pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, qm.K)
     fresh(*[params[n] for n in names])
     del args
     return fresh.inspect_asm(fresh.signatures[0])
@@ -77,9 +79,15 @@ def analyse(asm: str) -> dict:
     counts = Counter(l.split()[0] for l in asm.splitlines() if l.startswith("\t") and not l.strip().startswith("."))
     vector_loops = [(label, body) for label, body in loops(asm)
                     if any("ymm" in b or "zmm" in b for b in body) and not any(b.startswith("call") for b in body)]
-    hot = max(vector_loops, key=lambda lb: sum(b.startswith("vfmadd") for b in lb[1]), default=(None, []))
+    # the hot loop: for the int8 kernels the one doing the integer multiply-adds (their leftover-block
+    # loops are f32 FMA loops), otherwise the one with the most FMAs
+    hot = max(vector_loops, key=lambda lb: (sum(b.startswith(("vpmaddubsw", "vpmaddwd")) for b in lb[1]),
+                                           sum(b.startswith("vfmadd") for b in lb[1])), default=(None, []))
     label, body = hot
     ops = Counter(b.split()[0] for b in body)
+    # weights per iteration of an integer loop: each vpmaddubsw takes 32 codes; without it, each
+    # vpmaddwd takes 16 (w8); f32 loops are not counted this way
+    weights = 32 * ops.get("vpmaddubsw", 0) or 16 * ops.get("vpmaddwd", 0)
     return {
         "total_instructions": sum(counts.values()),
         "ymm": sum(1 for l in asm.splitlines() if "ymm" in l),
@@ -90,6 +98,8 @@ def analyse(asm: str) -> dict:
         "hot_loads": sum(v for k, v in ops.items() if k.startswith("vpmovzx")),
         "hot_round": ops.get("vroundps", 0),
         "madd": counts.get("vpmaddubsw", 0) + counts.get("vpmaddwd", 0),
+        "hot_madd": ops.get("vpmaddubsw", 0) + ops.get("vpmaddwd", 0),
+        "instr_per_weight": len(body) / weights if weights else None,
         "hot_bad": {k: v for k, v in ops.items() if k in BAD},
         "body": body,
     }
@@ -101,16 +111,17 @@ def main(argv=None) -> int:
     ap.add_argument("--show", action="store_true", help="print the hottest loop of each variant")
     args = ap.parse_args(argv)
     status = 0
-    print("variant       | instr | ymm | hottest loop: instr  FMA  zext-loads  vroundps | int madd | int64 widening / gathers")
-    print("--------------|------:|----:|-------------------------------------------------|---------:|-------------------------")
+    print("variant        | instr | ymm | hot loop: instr  FMA  zext-loads  vroundps  int-madd  instr/weight | int64 widening / gathers")
+    print("---------------|------:|----:|---------------------------------------------------------------:|-------------------------")
     for act in ("f32", "i8"):
         for bits in map(int, args.bits.split(",")):
             for spec in kernels.variants(bits, act):
                 a = analyse(fresh_asm(spec))
                 bad = ", ".join(f"{k} x{v}" for k, v in a["hot_bad"].items()) or "none"
-                print(f"{f'w{bits} {act} {spec.variant}':13s} | {a['total_instructions']:5d} | {a['ymm']:3d} | "
-                      f"{a['hot_len']:5d} {a['hot_fma']:5d} {a['hot_loads']:8d} {a['hot_round']:9d}"
-                      f"{'':17s}| {a['madd']:8d} | {bad}")
+                ipw = f"{a['instr_per_weight']:.3f}" if a["instr_per_weight"] else "-"
+                print(f"{f'w{bits} {act} {spec.variant}':14s} | {a['total_instructions']:5d} | {a['ymm']:3d} | "
+                      f"{a['hot_len']:15d} {a['hot_fma']:4d} {a['hot_loads']:11d} {a['hot_round']:9d} "
+                      f"{a['hot_madd']:9d} {ipw:>13s} | {bad}")
                 if args.show:
                     print("\n".join("    " + b for b in a["body"]))
                 # f32 variants must keep a vectorized FMA loop; i8 variants must use the integer multiply-adds

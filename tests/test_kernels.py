@@ -119,15 +119,47 @@ def test_int8_activations_are_quantized_per_block():
 
 
 @pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
-@pytest.mark.parametrize("bits", [8, 4, 3, 2])
-def test_int8_kernel_extremes_do_not_saturate(bits):
+@pytest.mark.parametrize("spec", I8, ids=spec_id)
+def test_int8_kernel_extremes_do_not_saturate(spec):
     # largest codes against the largest activations of both signs: w8 would saturate vpmaddubsw
-    qm = random_quantized(8, 256, bits=bits)
+    qm = random_quantized(8, 256, bits=spec.bits)
     qm.codes[:] = 255
     x = np.where(np.arange(256) % 2 == 0, 1.0, -1.0).astype(np.float32)
     x[:64] = 1.0
-    result = verify(kernels.get(bits, "i8"), qm, x)
+    result = verify(spec, qm, x)
     assert result.ok, result.max_rel_err
+
+
+def _unpack_pairs(pc, order, groups, npairs):
+    """The stored code bytes back from a repacked buffer, by the documented order (slow and obvious)."""
+    pair_bytes = len(order)
+    out = np.zeros((groups * 4, npairs * pair_bytes), np.uint8)
+    for g in range(groups):
+        for q in range(npairs):
+            for i in range(4):
+                start = ((g * npairs + q) * 4 + i) * pair_bytes
+                for j in range(pair_bytes):
+                    out[g * 4 + i, q * pair_bytes + order[j]] = pc[start + j]
+    return out
+
+
+@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+@pytest.mark.parametrize("meta_bytes", [2, 4])
+def test_repacked_layout_holds_the_same_bytes(bits, meta_bytes):
+    from gemvbw.kernels.i8_packed import PAIR_ORDER, pack
+
+    M, K = 10, 64 * 7 + 24  # two rows outside the row groups, an odd full block and a short one left over
+    qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits)
+    pc, pm, npairs = pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K)
+    order = PAIR_ORDER[bits]
+    assert npairs == 3 and sorted(order) == list(range(len(order))) and len(order) == 2 * 64 * bits // 8
+    assert np.array_equal(_unpack_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
+    assert pc.nbytes == 8 * npairs * 2 * 64 * bits // 8 and pm.dtype == qm.scale_raw.dtype
+    # metadata of group 1, pair 2: scales then offsets, block-major (block 4: rows 4-7, block 5: rows 4-7)
+    k = 1 * npairs + 2
+    assert np.array_equal(pm[k * 16:k * 16 + 8], qm.scale_raw[4:8, 4:6].T.ravel())
+    assert np.array_equal(pm[k * 16 + 8:k * 16 + 16], qm.offset_raw[4:8, 4:6].T.ravel())
 
 
 @pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")

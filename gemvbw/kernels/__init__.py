@@ -8,6 +8,7 @@ width is the simple loop: the baseline other variants are measured against.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -121,6 +122,31 @@ def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
+# repacked copies, kept while their matrix lives
+_PACKED: "weakref.WeakKeyDictionary[QuantizedMatrix, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _packed_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
+    """Repacks the matrix for the kernel (untimed, as an engine does when it loads a model)."""
+    def bind(qm: QuantizedMatrix) -> Runner:
+        from gemvbw.kernels.i8_packed import pack
+
+        if qm.block != 64:
+            raise ValueError("int8-activation kernels handle block 64 only")
+        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+        if qm not in _PACKED:  # verification, calibration and the timed run share one copy
+            _PACKED[qm] = pack(codes, scale, offset, qm.bits, qm.K)
+        pc, pm, npairs = _PACKED[qm]
+        chunks = 4 * numba.get_num_threads()
+
+        def run(x: np.ndarray, y: np.ndarray) -> None:
+            fn(pc, pm, npairs, codes, scale, offset, x, block, y, chunks)
+
+        return run
+
+    return bind
+
+
 def _register_i8() -> None:
     """int8-activation kernels use AVX2 instructions: registered only where the CPU has them."""
     from gemvbw import system
@@ -130,8 +156,13 @@ def _register_i8() -> None:
         return
     from gemvbw.kernels.i8 import dequantized_activations, gemv_w2_i8, gemv_w3_i8, gemv_w4_i8, gemv_w8_i8
 
+    from gemvbw.kernels import i8_packed
+
     for bits, fn in ((8, gemv_w8_i8), (4, gemv_w4_i8), (3, gemv_w3_i8), (2, gemv_w2_i8)):
         register(KernelSpec(bits, "i8", "rows4", _describe(fn), _i8_binder(fn), priority=1,
+                            activations=dequantized_activations, blocks=(64,)))
+        packed = i8_packed.KERNELS[bits]
+        register(KernelSpec(bits, "i8", "packed", _describe(packed), _packed_binder(packed), priority=2,
                             activations=dequantized_activations, blocks=(64,)))
 
 
