@@ -1,7 +1,7 @@
 """Run gemvbw's own benchmark set and write benchmarks/RESULTS.md.
 
     python benchmarks/run.py [--iters 50] [--threads N] [--out benchmarks/RESULTS.md]
-                             [--ggml-bin PATH/test-backend-ops]
+                             [--ggml-bin PATH/test-backend-ops] [--mnn-bin PATH/run_test.out]
 
 What it runs, through the CLI a user has (nothing is timed here itself):
 1. gemvbw sweep --kernel all on 4096x14336 (MNN's default), 1024x1024 and 151936x1024 (lm_head),
@@ -11,6 +11,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
 4. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
    Build ggml yourself (it is not part of gemvbw and nothing here builds it).
+5. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (4096x14336, block 64,
+   cold cache, best of 3 x 200), also before and after, for a cold-against-cold side-by-side.
+   Build MNN yourself with -DMNN_BUILD_TEST=ON -DMNN_LOW_MEMORY=ON.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8) and each variant's speed-up over
 the reference loop, with the command, the machine and the date. Run it on a quiet machine:
 nothing else compiling or measuring.
@@ -22,6 +25,7 @@ import argparse
 import re
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
 GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "q3_K": (110, 256, 3),
               "q2_K": (84, 256, 2)}  # bytes per super-block, weights per super-block, comparable gemvbw width
+MNN_LINE = re.compile(r"^w(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)",
+                      re.M)  # type | thr | us/iter | W MiB | bytes/elem | eff GB/s
 GGML_LINE = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),.*?([\d.]+) us/run")
 
 PEERS = """Peer figures quoted from the issue that asked for this comparison (measured on a 2-core AMD EPYC
@@ -64,6 +70,29 @@ def run_ggml(binary: str) -> tuple[str, dict[str, float]]:
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     return out, {m.group(1): float(m.group(4)) for m in GGML_LINE.finditer(out)}
+
+
+def run_mnn(binary: str, threads: int) -> tuple[str, dict[int, float]]:
+    """MNN's GemvBW test as built: its printed table, and us/iter per width."""
+    cmd = [binary, "speed/GemvBW", "0", "2", str(threads)]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(binary).parent).stdout
+    return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
+
+
+def mnn_side_by_side(i8: dict, mnn: dict[int, float]) -> list[str]:
+    M, K = 4096, 14336
+    lines = ["width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
+    for bits in (8, 4, 3, 2):
+        rows = [r for r in i8["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
+        r = min(rows, key=lambda r: r["best_avg_us"]) if rows else None
+        nbytes = M * K * bits / 8 + M * (K // 64) * 2 * 2  # MNN's count: codes + fp16 scale and offset
+        ours = "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
+        theirs = f"{mnn[bits]:.0f} us, {nbytes / mnn[bits] / 1e3:.2f} GB/s" if bits in mnn else "-"
+        ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
+        lines.append(f"w{bits} | {ours} | {theirs} | {ratio}")
+    return lines + ["", "Both cold (a 64 MiB read before every call), both counting the same bytes (MNN's formula, "
+                    "fp16 metadata); ratio above 1: MNN takes longer than gemvbw.", ""]
 
 
 def side_by_side(sweep: dict, i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:
@@ -122,10 +151,13 @@ def main() -> int:
     ap.add_argument("--threads")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--ggml-bin", help="a test-backend-ops binary you built from ggml, for a side-by-side")
+    ap.add_argument("--mnn-bin", help="a run_test.out binary you built from MNN, for a side-by-side")
     args = ap.parse_args()
     extra = ["--threads", args.threads] if args.threads else []
     started = dt.datetime.now(dt.timezone.utc)
+    threads = int(args.threads) if args.threads else len(os.sched_getaffinity(0))
     ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
+    mnn_runs = [run_mnn(args.mnn_bin, threads)] if args.mnn_bin else []
     shapes = sum((["--shape", s] for s in SHAPES), [])
     sweep = gemvbw("sweep", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
     i8 = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
@@ -133,6 +165,8 @@ def main() -> int:
                   *extra)
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
+    if args.mnn_bin:
+        mnn_runs.append(run_mnn(args.mnn_bin, threads))
     model = gemvbw("model", "qwen3-0.6b", "--bits", "4", "--iters", args.iters, *extra)
     asm = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True).stdout
 
@@ -170,6 +204,16 @@ def main() -> int:
         (HERE / "peers" / "ggml-mul-mat-4096x14336.txt").write_text(
             f"# {' '.join(['test-backend-ops', 'perf', '-o', 'MUL_MAT', '-b', 'CPU'])} at 4096x14336 n=1, "
             f"{started:%Y-%m-%d}, two runs (before and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
+    if mnn_runs:
+        mnn = {b: min(run[1].get(b, float("inf")) for run in mnn_runs) for b in mnn_runs[0][1]}
+        lines += [f"## Side by side with MNN on this machine, 4096x14336, {threads} threads", "",
+                  "MNN's `run_test.out speed/GemvBW 0 2 N` ran before and after gemvbw's sweeps; the better of its "
+                  "two latencies is shown. Its raw output is in `benchmarks/peers/`.", ""]
+        lines += mnn_side_by_side(i8, mnn)
+        (HERE / "peers").mkdir(exist_ok=True)
+        (HERE / "peers" / "mnn-gemvbw-4096x14336.txt").write_text(
+            f"# run_test.out speed/GemvBW 0 2 {threads}, {started:%Y-%m-%d}, two runs (before and after gemvbw's "
+            "sweeps)\n" + "\n".join(r[0] for r in mnn_runs))
     lines += ["## Peers quoted from the issue", "", PEERS, "## Model (`gemvbw model qwen3-0.6b --bits 4`)", ""]
     for summary in model["model"]["per_bits"]:
         lines += [f"w{summary['bits']}: {summary['bytes_per_token'] / 1e6:.1f} MB of weights per token; measured "

@@ -154,6 +154,15 @@ def test_repacked_layout_holds_the_same_bytes(bits, meta_bytes):
     pc, pm, npairs = pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K)
     order = PAIR_ORDER[bits]
     assert npairs == 3 and sorted(order) == list(range(len(order))) and len(order) == 2 * 64 * bits // 8
+    if bits == 3:  # undo the re-bitting of the high planes: stored bit i of byte j is position 8i + j
+        pc = pc.copy()
+        for start in range(0, pc.size, 48):
+            new, old = pc[start + 32:start + 48], np.zeros(16, np.uint8)
+            for h in range(2):
+                for pos in range(64):
+                    bit = (int(new[pos % 16]) >> (4 * h + pos // 16)) & 1
+                    old[8 * h + pos % 8] |= bit << (pos // 8)
+            pc[start + 32:start + 48] = old
     assert np.array_equal(_unpack_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
     assert pc.nbytes == 8 * npairs * 2 * 64 * bits // 8 and pm.dtype == qm.scale_raw.dtype
     # metadata of group 1, pair 2: scales then offsets, block-major (block 4: rows 4-7, block 5: rows 4-7)

@@ -129,7 +129,7 @@ _PACKED: "weakref.WeakKeyDictionary[QuantizedMatrix, tuple]" = weakref.WeakKeyDi
 def _packed_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     """Repacks the matrix for the kernel (untimed, as an engine does when it loads a model)."""
     def bind(qm: QuantizedMatrix) -> Runner:
-        from gemvbw.kernels.i8_packed import pack
+        from gemvbw.kernels.i8_packed import PREFETCH_AHEAD, pack
 
         if qm.block != 64:
             raise ValueError("int8-activation kernels handle block 64 only")
@@ -137,10 +137,11 @@ def _packed_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
         if qm not in _PACKED:  # verification, calibration and the timed run share one copy
             _PACKED[qm] = pack(codes, scale, offset, qm.bits, qm.K)
         pc, pm, npairs = _PACKED[qm]
+        ahead = PREFETCH_AHEAD[qm.bits]
         chunks = 4 * numba.get_num_threads()
 
         def run(x: np.ndarray, y: np.ndarray) -> None:
-            fn(pc, pm, npairs, codes, scale, offset, x, block, y, chunks)
+            fn(pc, pm, npairs, codes, scale, offset, x, block, y, chunks, ahead)
 
         return run
 

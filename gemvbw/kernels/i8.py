@@ -139,19 +139,23 @@ def quantize_activations(x, block, nb):
     xs = np.empty(nb, np.float32)
     xdq = np.empty(K, np.float32)
     for b in range(nb):
+        # slices counted from 0: an index from range(lo, hi) keeps numba's wraparound check, which
+        # stops LLVM from vectorizing (measured 2x slower here)
         lo = b * block
         hi = min(lo + block, K)
+        xb = x[lo:hi]
         amax = np.float32(0.0)
-        for k in range(lo, hi):
-            amax = max(amax, abs(x[k]))
+        for k in range(xb.shape[0]):
+            amax = max(amax, abs(xb[k]))
         scale = amax / np.float32(127.0) if amax > 0 else np.float32(1.0)
         inv = np.float32(1.0) / scale
-        total = 0
-        for k in range(lo, hi):
-            q = np.int32(np.rint(x[k] * inv))
-            xq[k] = q
-            xq16[k] = q
-            xdq[k] = np.float32(q) * scale
+        qb, q16b, db = xq[lo:hi], xq16[lo:hi], xdq[lo:hi]
+        total = np.int32(0)
+        for k in range(xb.shape[0]):
+            q = np.int32(np.rint(xb[k] * inv))
+            qb[k] = q
+            q16b[k] = q
+            db[k] = np.float32(q) * scale
             total += q
         d[b] = scale
         xs[b] = scale * np.float32(total)
