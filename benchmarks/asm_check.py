@@ -49,9 +49,10 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
               "chunks": 8, "bits": spec.bits}
     names = fn.py_func.__code__.co_varnames[: fn.py_func.__code__.co_argcount]
     if "pc" in names:  # a kernel on a repacked layout
-        from gemvbw.kernels.i8_packed import pack
+        from gemvbw.kernels.i8_packed import PREFETCH_AHEAD, pack
 
         params["pc"], params["pm"], params["npairs"] = pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, qm.K)
+        params["ahead"] = PREFETCH_AHEAD[spec.bits]
     fresh(*[params[n] for n in names])
     del args
     return fresh.inspect_asm(fresh.signatures[0])

@@ -11,9 +11,12 @@ What it runs, through the CLI a user has (nothing is timed here itself):
 4. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
    Build ggml yourself (it is not part of gemvbw and nothing here builds it).
-5. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (4096x14336, block 64,
-   cold cache, best of 3 x 200), also before and after, for a cold-against-cold side-by-side.
-   Build MNN yourself with -DMNN_BUILD_TEST=ON -DMNN_LOW_MEMORY=ON.
+5. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
+   best of 3 x 200) on each shape through MNN_GEMVBW_M/K, also before and after, for a
+   cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
+   -DMNN_LOW_MEMORY=ON. MNN's current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the
+   published version read MNN_GEMVBW_M/K); a build that ignores the variables is detected
+   from its header and its other shapes are left out.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8) and each variant's speed-up over
 the reference loop, with the command, the machine and the date. Run it on a quiet machine:
 nothing else compiling or measuring.
@@ -72,27 +75,35 @@ def run_ggml(binary: str) -> tuple[str, dict[str, float]]:
     return out, {m.group(1): float(m.group(4)) for m in GGML_LINE.finditer(out)}
 
 
-def run_mnn(binary: str, threads: int) -> tuple[str, dict[int, float]]:
-    """MNN's GemvBW test as built: its printed table, and us/iter per width."""
+def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float]]:
+    """MNN's GemvBW test as built, on one shape: its printed table, and us/iter per width.
+
+    The shape goes through MNN_GEMVBW_M/K; a build that ignores them (MNN's current test hard-codes
+    4096x14336) prints another shape in its header, and its figures are then left out."""
+    M, K = shape.split("x")
     cmd = [binary, "speed/GemvBW", "0", "2", str(threads)]
-    print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(binary).parent).stdout
+    print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K}", " ".join(cmd), file=sys.stderr, flush=True)
+    env = {**os.environ, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(binary).parent, env=env).stdout
+    if f"W({M}x{K})" not in out:
+        print(f"  MNN ran another shape than {shape}: its figures are left out", file=sys.stderr)
+        return out, {}
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 
 
-def mnn_side_by_side(i8: dict, mnn: dict[int, float]) -> list[str]:
-    M, K = 4096, 14336
-    lines = ["width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
+def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str) -> list[str]:
+    M, K = map(int, shape.split("x"))
+    lines = [f"### {shape}", "", "width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
     for bits in (8, 4, 3, 2):
         rows = [r for r in i8["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
         r = min(rows, key=lambda r: r["best_avg_us"]) if rows else None
-        nbytes = M * K * bits / 8 + M * (K // 64) * 2 * 2  # MNN's count: codes + fp16 scale and offset
+        blocks = K // 64 if K % 64 == 0 else 1
+        nbytes = M * K * bits / 8 + M * blocks * 2 * 2  # MNN's count: codes + fp16 scale and offset
         ours = "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
         theirs = f"{mnn[bits]:.0f} us, {nbytes / mnn[bits] / 1e3:.2f} GB/s" if bits in mnn else "-"
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
         lines.append(f"w{bits} | {ours} | {theirs} | {ratio}")
-    return lines + ["", "Both cold (a 64 MiB read before every call), both counting the same bytes (MNN's formula, "
-                    "fp16 metadata); ratio above 1: MNN takes longer than gemvbw.", ""]
+    return lines + [""]
 
 
 def side_by_side(sweep: dict, i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:
@@ -157,7 +168,7 @@ def main() -> int:
     started = dt.datetime.now(dt.timezone.utc)
     threads = int(args.threads) if args.threads else len(os.sched_getaffinity(0))
     ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
-    mnn_runs = [run_mnn(args.mnn_bin, threads)] if args.mnn_bin else []
+    mnn_runs = [{shape: run_mnn(args.mnn_bin, threads, shape) for shape in SHAPES}] if args.mnn_bin else []
     shapes = sum((["--shape", s] for s in SHAPES), [])
     sweep = gemvbw("sweep", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
     i8 = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
@@ -166,9 +177,12 @@ def main() -> int:
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     if args.mnn_bin:
-        mnn_runs.append(run_mnn(args.mnn_bin, threads))
+        mnn_runs.append({shape: run_mnn(args.mnn_bin, threads, shape) for shape in SHAPES})
     model = gemvbw("model", "qwen3-0.6b", "--bits", "4", "--iters", args.iters, *extra)
-    asm = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True).stdout
+    checked = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True)
+    asm = checked.stdout
+    if checked.returncode != 0:  # a regression or a crash: show it in the file, not only on this terminal
+        asm += f"\n\nasm_check.py exited with {checked.returncode}\n{checked.stderr.strip()[-2000:]}"
 
     s = sweep["system"]
     rf = sweep["roofline"]
@@ -205,15 +219,22 @@ def main() -> int:
             f"# {' '.join(['test-backend-ops', 'perf', '-o', 'MUL_MAT', '-b', 'CPU'])} at 4096x14336 n=1, "
             f"{started:%Y-%m-%d}, two runs (before and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
     if mnn_runs:
-        mnn = {b: min(run[1].get(b, float("inf")) for run in mnn_runs) for b in mnn_runs[0][1]}
-        lines += [f"## Side by side with MNN on this machine, 4096x14336, {threads} threads", "",
-                  "MNN's `run_test.out speed/GemvBW 0 2 N` ran before and after gemvbw's sweeps; the better of its "
-                  "two latencies is shown. Its raw output is in `benchmarks/peers/`.", ""]
-        lines += mnn_side_by_side(i8, mnn)
+        lines += [f"## Side by side with MNN on this machine, {threads} threads", "",
+                  f"MNN's `run_test.out speed/GemvBW 0 2 {threads}` ran on each shape before and after gemvbw's "
+                  "sweeps; the better of its two latencies is shown. Both are cold (a 64 MiB read before every "
+                  "call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes longer "
+                  "than gemvbw. MNN's raw output is in `benchmarks/peers/`.", ""]
+        for shape in SHAPES:
+            mnn = {}
+            for run in mnn_runs:
+                for bits, us in run[shape][1].items():
+                    mnn[bits] = min(us, mnn.get(bits, float("inf")))
+            lines += mnn_side_by_side(i8, mnn, shape)
         (HERE / "peers").mkdir(exist_ok=True)
-        (HERE / "peers" / "mnn-gemvbw-4096x14336.txt").write_text(
-            f"# run_test.out speed/GemvBW 0 2 {threads}, {started:%Y-%m-%d}, two runs (before and after gemvbw's "
-            "sweeps)\n" + "\n".join(r[0] for r in mnn_runs))
+        (HERE / "peers" / "mnn-gemvbw.txt").write_text(
+            f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 {threads}, {started:%Y-%m-%d}, "
+            "each shape before and after gemvbw's sweeps\n"
+            + "\n".join(run[shape][0] for run in mnn_runs for shape in SHAPES))
     lines += ["## Peers quoted from the issue", "", PEERS, "## Model (`gemvbw model qwen3-0.6b --bits 4`)", ""]
     for summary in model["model"]["per_bits"]:
         lines += [f"w{summary['bits']}: {summary['bytes_per_token'] / 1e6:.1f} MB of weights per token; measured "

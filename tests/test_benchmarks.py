@@ -1,0 +1,49 @@
+"""The parsing in benchmarks/run.py of the peers' printed tables (their figures go into RESULTS.md)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+@pytest.fixture(scope="module")
+def run():
+    spec = importlib.util.spec_from_file_location("bench_run", RUN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MNN_OUT = """
+## GEMV: y = W(1024x1024) * x(1024), block=64
+type | thr |   us/iter |  W MiB | bytes/elem | eff GB/s | %peak |  GFLOPS |  AI (op/B)
+-----|----:|----------:|-------:|-----------:|---------:|------:|--------:|----------:
+w8   |   2 |     284.9 |    1.1 |     1.0625 |      3.9 |  29.0 |     7.4 |      1.88
+w4   |   2 |     213.0 |    0.6 |     0.5625 |      2.8 |  20.5 |     9.8 |      3.56
+w3   |   2 |     209.2 |    0.4 |     0.4375 |      2.2 |  16.3 |    10.0 |      4.57
+w2   |   2 |     234.3 |    0.3 |     0.3125 |      1.4 |  10.4 |     9.0 |      6.40
+"""
+
+GGML_OUT = ("  MUL_MAT(type_a=q4_K,type_b=f32,m=4096,n=1,k=14336,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1,"
+            "src_overlap=0):                    345 runs -  2975.56 us/run - 117.44 MFLOP/run -  39.47 GFLOPS\n")
+
+
+def test_mnn_table_is_read_per_width(run):
+    widths = {int(m.group(1)): float(m.group(3)) for m in run.MNN_LINE.finditer(MNN_OUT)}
+    assert widths == {8: 284.9, 4: 213.0, 3: 209.2, 2: 234.3}
+
+
+def test_mnn_side_by_side_counts_mnn_bytes(run):
+    i8 = {"results": [{"M": 1024, "K": 1024, "bits": 4, "best_avg_us": 135.0, "eff_gbps": 4.37, "variant": "packed"}]}
+    lines = run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024")
+    row = next(line for line in lines if line.startswith("w4 |"))
+    # MNN's bytes: 1024*1024/2 codes + 1024 rows * 16 blocks * 2 values * 2 bytes = 589824
+    assert f"{589824 / 213.0 / 1e3:.2f} GB/s" in row and row.endswith("| 1.58")
+    assert next(line for line in lines if line.startswith("w8 |")) == "w8 | - | - | -"
+
+
+def test_ggml_line_is_read(run):
+    m = run.GGML_LINE.search(GGML_OUT)
+    assert (m.group(1), m.group(2), m.group(3), float(m.group(4))) == ("q4_K", "4096", "14336", 2975.56)
