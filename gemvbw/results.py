@@ -201,9 +201,17 @@ def result_notes(
 
 
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
-              llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False) -> list[Note]:
+              llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False,
+              act: str = "f32", i8_available: bool = False) -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
     notes = []
+    if act == "f32" and i8_available:
+        notes.append(Note(
+            "f32-activations",
+            "x stays float32 here; MNN's GemvBW (built with MNN_LOW_MEMORY, memory mode Low, as its test sets) "
+            "quantizes x to int8 per block on the fly, which makes unpacking far cheaper",
+            "add --act i8 for the run that compares with MNN's (and llama.cpp's q8) figures",
+        ))
     if mixed_clusters:
         notes.append(Note(
             "mixed-clusters",

@@ -73,7 +73,8 @@ class Sweep:
             llc, llc_source = s.llc_mib << 20, "--llc-mib"
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
-                                   s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"]))
+                                   s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],
+                                   s.act, s.block == 64 and bool(kernels.variants(s.bits[0], "i8"))))
         per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)

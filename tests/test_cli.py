@@ -293,3 +293,18 @@ def test_roofline_command_per_thread_count(tmp_path):
     rows = [l for l in res.stdout.splitlines() if l.strip().startswith("1 |")]
     assert len(rows) == 1 and float(rows[0].split("|")[1]) > 0 and float(rows[0].split("|")[2]) > 0
     assert run(["roofline", "--threads", "99"]).exit_code == 2
+
+
+def test_f32_activations_note_points_to_act_i8_where_it_exists():
+    from gemvbw import kernels
+
+    codes = {}
+    for act in ("f32", "i8"):
+        if act == "i8" and not kernels.variants(8, "i8"):
+            continue
+        res = run(TINY + ["--bits", "8", "--act", act, "--format", "json"])
+        codes[act] = {w["code"] for w in json.loads(res.stdout)["warnings"]}
+    assert ("f32-activations" in codes["f32"]) == bool(kernels.variants(8, "i8"))
+    assert "f32-activations" not in codes.get("i8", set())
+    res = run(TINY + ["--bits", "8", "--block", "32", "--format", "json"])  # i8 kernels take block 64 only
+    assert "f32-activations" not in {w["code"] for w in json.loads(res.stdout)["warnings"]}
