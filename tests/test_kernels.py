@@ -120,10 +120,12 @@ def test_int8_activations_are_quantized_per_block():
 
 @pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
 @pytest.mark.parametrize("spec", I8, ids=spec_id)
-def test_int8_kernel_extremes_do_not_saturate(spec):
-    # largest codes against the largest activations of both signs: w8 would saturate vpmaddubsw
+@pytest.mark.parametrize("code", [255, 0])
+def test_int8_kernel_extremes_do_not_saturate(spec, code):
+    # extreme codes against the largest activations of both signs: 8-bit codes as they are would
+    # saturate vpmaddubsw, and stored as c - 128 the code 0 becomes -128, whose magnitude is 128
     qm = random_quantized(8, 256, bits=spec.bits)
-    qm.codes[:] = 255
+    qm.codes[:] = code
     x = np.where(np.arange(256) % 2 == 0, 1.0, -1.0).astype(np.float32)
     x[:64] = 1.0
     result = verify(spec, qm, x)
@@ -163,6 +165,8 @@ def test_repacked_layout_holds_the_same_bytes(bits, meta_bytes):
                     bit = (int(new[pos % 16]) >> (4 * h + pos // 16)) & 1
                     old[8 * h + pos % 8] |= bit << (pos // 8)
             pc[start + 32:start + 48] = old
+    if bits == 8:  # stored as c - 128
+        pc = pc ^ np.uint8(0x80)
     assert np.array_equal(_unpack_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
     assert pc.nbytes == 8 * npairs * 2 * 64 * bits // 8 and pm.dtype == qm.scale_raw.dtype
     # metadata of group 1, pair 2: scales then offsets, block-major (block 4: rows 4-7, block 5: rows 4-7)
