@@ -234,8 +234,8 @@ def permuted_activations(xq, d, xs, npairs, order):
 
 # --- the kernels: one per width (a width branch or a passed-in intrinsic costs speed; see i8.py) ---
 # They repeat one skeleton on purpose. Sharing what surrounds the hot loop (activation preparation,
-# the leftover blocks, the last M % 4 rows) through helpers measured 1-8% slower in 13 of 16 A/B
-# pairs (same process, 4096x14336 and 1024x1024, 2 threads, cold, median of 7 x 30 calls).
+# the leftover blocks, the last M % 4 rows) through helpers measured 1-8% slower in 15 of 16 A/B
+# pairs (two runs, same process, 4096x14336 and 1024x1024, 2 threads, cold, median of 7 x 30 calls).
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def gemv_w8_packed(pc, pm, npairs, codes, scale, offset, x, block, y, chunks, ahead):
