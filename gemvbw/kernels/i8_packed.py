@@ -36,8 +36,9 @@ from gemvbw.kernels import w3 as _w3
 from gemvbw.kernels import w4 as _w4
 from gemvbw.kernels import w8 as _w8
 from gemvbw.kernels._common import FASTMATH, ROWS, load_meta, row_chunks
-from gemvbw.kernels.i8 import (I8, I16, I32, V8F, V8x32, V16x8, V16x16, V32x8, _fn, _load, _madd_u8s8, _off,
-                               _pair_w2, _ptr, _splat, quantize_activations)
+from gemvbw.kernels.i8 import (_NIBBLE_ORDER, _PLANE_ORDER, I8, I16, I32, V8F, V8x32, V16x8, V16x16, V32x8, _fn,
+                               _load, _madd_u8s8, _off, _pair_w2, _ptr, _splat, permuted_activations,
+                               quantize_activations)
 
 V8I16 = ir.VectorType(I16, 8)
 V8H = ir.VectorType(ir.HalfType(), 8)
@@ -203,33 +204,6 @@ def repack(codes, scale, offset, order, npairs, bits):
                     pm[k * 16 + 4 * h + i] = scale[g * ROWS + i, 2 * q + h]
                     pm[k * 16 + 8 + 4 * h + i] = offset[g * ROWS + i, 2 * q + h]
     return pc, pm
-
-
-# --- per call: activations permuted to match ------------------------------------------------------
-_NIBBLE_ORDER = np.array([0, 32, 16, 48], np.int64)  # w4: low a, high a, low b, high b
-_PLANE_ORDER = np.array([0, 16, 32, 48], np.int64)  # w3, w2: fields 0..3; w8: chunks 0..3
-
-
-@njit(cache=True, fastmath=FASTMATH)
-def permuted_activations(xq, d, xs, npairs, order):
-    """Vector p of pair q: positions order[p].. of block 2q then the same of block 2q+1 (half = 64 /
-    len(order) each); d and d*sum(xq) spread over the 8 lanes [4 x block 2q | 4 x block 2q+1]."""
-    half = BLOCK // order.shape[0]
-    acts = np.empty(npairs * 2 * BLOCK, xq.dtype)
-    dd = np.empty(npairs * 8, np.float32)
-    xss = np.empty(npairs * 8, np.float32)
-    for q in range(npairs):
-        for h in range(2):
-            b = 2 * q + h
-            for p in range(order.shape[0]):
-                src = xq[b * BLOCK + order[p]:b * BLOCK + order[p] + half]
-                dst = acts[q * 2 * BLOCK + 2 * half * p + half * h:q * 2 * BLOCK + 2 * half * p + half * h + half]
-                for j in range(half):  # an explicit loop: slice assignment costs more than these 8 or 16 copies
-                    dst[j] = src[j]
-            for k in range(4):
-                dd[q * 8 + 4 * h + k] = d[b]
-                xss[q * 8 + 4 * h + k] = xs[b]
-    return acts, dd, xss
 
 
 # --- the kernels: one per width (a width branch or a passed-in intrinsic costs speed; see i8.py) ---
