@@ -207,6 +207,8 @@ def sweep(fmt: str, **flags) -> None:
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is used (default 3).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset (default 2).")
+@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
+              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel; x86 AVX2, block 64).")
 @click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
 @click.option("--seed", metavar="INT", help="Seed of the random weights (default 0).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json"]), default="auto",
@@ -330,6 +332,8 @@ def info(fmt: str, root: str) -> None:
 @click.option("--block", metavar="INT", help="Quantization block (default 64).")
 @click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
 @click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
+@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
+              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel; x86 AVX2, block 64).")
 @click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
 @click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1.0),

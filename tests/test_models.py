@@ -210,3 +210,19 @@ def test_plot_without_matplotlib_says_how_to_install(two_runs, tmp_path):
     res = subprocess.run([sys.executable, "-c", code, "plot", str(a), "-o", str(tmp_path / "x.png")],
                          capture_output=True, text=True)
     assert res.returncode == 1 and "pip install 'gemvbw[plot]'" in res.stderr
+
+
+def test_model_command_takes_act(tmp_path):
+    from gemvbw import kernels
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    js = tmp_path / "m.json"
+    act = "i8" if kernels.variants(4, "i8") else "f32"
+    res = run(["model", "--config", str(path), "--bits", "4", "--iters", "2", "--reps", "1", "--flush-mib", "1",
+               "--threads", "1", "--act", act, "--format", "mnn", "--json", str(js)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(js.read_text())
+    assert doc["settings"]["act"] == act and {r["act"] for r in doc["results"]} == {act}
+    res = run(["model", "--config", str(path), "--act", "i4"])
+    assert res.exit_code == 2 and "--act" in res.output

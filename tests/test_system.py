@@ -167,6 +167,18 @@ def test_soak_time_series_and_summary(tmp_path):
     assert "sustained/peak" in (tmp_path / "soak.md").read_text()
 
 
+def test_soak_takes_act(tmp_path):
+    from gemvbw import kernels
+
+    act = "i8" if kernels.variants(4, "i8") else "f32"
+    out = tmp_path / "soak.json"
+    res = CliRunner().invoke(main, ["soak", "--M", "64", "--K", "256", "--seconds", "1", "--interval", "0.5",
+                                    "--flush-mib", "0", "--threads", "1", "--act", act, "--format", "text",
+                                    "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["settings"]["act"] == act
+
+
 def test_soak_takes_one_width():
     res = CliRunner().invoke(main, ["soak", "--bits", "4,2", "--seconds", "1"])
     assert res.exit_code == 2 and "soak runs one width" in res.stderr
