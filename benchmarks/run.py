@@ -6,7 +6,7 @@
 What it runs, through the CLI a user has (nothing is timed here itself):
 1. gemvbw sweep --kernel all on 4096x14336 (MNN's default), 1024x1024 and 151936x1024 (lm_head),
    cold cache, every width and variant;
-2. gemvbw model qwen3-0.6b --bits 4;
+2. gemvbw model qwen3-0.6b --bits 4, with f32 and (where they exist) int8 activations;
 3. benchmarks/asm_check.py (what the generated loops look like);
 4. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
@@ -178,7 +178,8 @@ def main() -> int:
         ggml_runs.append(run_ggml(args.ggml_bin))
     if args.mnn_bin:
         mnn_runs.append({shape: run_mnn(args.mnn_bin, threads, shape) for shape in SHAPES})
-    model = gemvbw("model", "qwen3-0.6b", "--bits", "4", "--iters", args.iters, *extra)
+    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, "--iters", args.iters, *extra)
+              for act in ("f32", "i8") if act == "f32" or i8["results"]}
     checked = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True)
     asm = checked.stdout
     if checked.returncode != 0:  # a regression or a crash: show it in the file, not only on this terminal
@@ -235,18 +236,21 @@ def main() -> int:
             f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 {threads}, {started:%Y-%m-%d}, "
             "each shape before and after gemvbw's sweeps\n"
             + "\n".join(run[shape][0] for run in mnn_runs for shape in SHAPES))
-    lines += ["## Peers quoted from the issue", "", PEERS, "## Model (`gemvbw model qwen3-0.6b --bits 4`)", ""]
-    for summary in model["model"]["per_bits"]:
-        lines += [f"w{summary['bits']}: {summary['bytes_per_token'] / 1e6:.1f} MB of weights per token; measured "
-                  f"GEMV time {summary['gemv_ms_per_token']:.2f} ms per token ({summary['tokens_per_s']:.1f} tokens/s); "
-                  f"bandwidth bound {summary['bound_ms_per_token']:.2f} ms ({summary['bound_tokens_per_s']:.1f} "
-                  f"tokens/s at {summary['read_gbps']:.1f} GB/s); the kernels reach {summary['pct_of_bound']:.0f}% "
-                  "of the bound. GEMVs only: attention, norms and sampling are not included.", "",
-                  "projection | shape | per token | us/call | eff GB/s | share", "---|---|---:|---:|---:|---:"]
-        for p in summary["projections"]:
-            lines.append(f"{p['name']} | {p['M']}x{p['K']} | {p['per_token']} | {p['best_avg_us']:.1f} | "
-                         f"{p['eff_gbps']:.2f} | {100 * p['share']:.1f}%")
-        lines.append("")
+    lines += ["## Peers quoted from the issue", "", PEERS]
+    for act, model in models.items():
+        lines += [f"## Model (`gemvbw model qwen3-0.6b --bits 4 --act {act}`)", ""]
+        for summary in model["model"]["per_bits"]:
+            lines += [f"w{summary['bits']}: {summary['bytes_per_token'] / 1e6:.1f} MB of weights per token; measured "
+                      f"GEMV time {summary['gemv_ms_per_token']:.2f} ms per token ({summary['tokens_per_s']:.1f} "
+                      f"tokens/s); bandwidth bound {summary['bound_ms_per_token']:.2f} ms "
+                      f"({summary['bound_tokens_per_s']:.1f} tokens/s at {summary['read_gbps']:.1f} GB/s); the kernels "
+                      f"reach {summary['pct_of_bound']:.0f}% of the bound. GEMVs only: attention, norms and sampling "
+                      "are not included.", "",
+                      "projection | shape | per token | us/call | eff GB/s | share", "---|---|---:|---:|---:|---:"]
+            for p in summary["projections"]:
+                lines.append(f"{p['name']} | {p['M']}x{p['K']} | {p['per_token']} | {p['best_avg_us']:.1f} | "
+                             f"{p['eff_gbps']:.2f} | {100 * p['share']:.1f}%")
+            lines.append("")
     lines += ["## Generated code (`python benchmarks/asm_check.py`)", "", "```", asm.rstrip(), "```", ""]
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}", file=sys.stderr)
