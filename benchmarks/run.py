@@ -34,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gemvbw.metrics import logical_bytes
+
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
 GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "q3_K": (110, 256, 3),
@@ -97,8 +99,8 @@ def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str) -> list[str]:
     for bits in (8, 4, 3, 2):
         rows = [r for r in i8["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
         r = min(rows, key=lambda r: r["best_avg_us"]) if rows else None
-        blocks = K // 64 if K % 64 == 0 else 1
-        nbytes = M * K * bits / 8 + M * blocks * 2 * 2  # MNN's count: codes + fp16 scale and offset
+        # MNN's count: codes + fp16 scale and offset per block; when K % 64 != 0 one block spans the row
+        nbytes = logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2)
         ours = "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
         theirs = f"{mnn[bits]:.0f} us, {nbytes / mnn[bits] / 1e3:.2f} GB/s" if bits in mnn else "-"
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"

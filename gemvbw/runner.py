@@ -19,7 +19,7 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
 from gemvbw.sampling import Sampler, frequency_findings
 from gemvbw.roofline import measure_roofline
-from gemvbw.settings import Settings
+from gemvbw.settings import Settings, SettingsError, check_act
 from gemvbw.verify import activation_error, reference_gemv, verify
 
 
@@ -74,7 +74,7 @@ class Sweep:
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],
-                                   s.act, s.block == 64 and bool(kernels.variants(s.bits[0], "i8"))))
+                                   s.act, _usable("i8", s.bits, s.block)))
         per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)
@@ -167,3 +167,12 @@ class Sweep:
         self.reporter.finish(self.record)
         self._export()
         return self.record
+
+
+def _usable(act: str, bits: tuple[int, ...], block: int) -> bool:
+    """Whether --act act would pass validation for these widths and block (the same check as settings)."""
+    try:
+        check_act(act, bits, block)
+    except SettingsError:
+        return False
+    return True

@@ -93,31 +93,35 @@ def _binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
+def _bound_call(fn, qm: QuantizedMatrix, lead: tuple = (), tail: tuple = ()) -> Runner:
+    """run(x, y) for a kernel that splits rows into chunks: a few chunks per thread in force when bound.
+    lead and tail are arguments prepared once at binding that the kernel takes before and after its own."""
+    codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+    chunks = 4 * numba.get_num_threads()
+
+    def run(x: np.ndarray, y: np.ndarray) -> None:
+        fn(*lead, codes, scale, offset, x, block, y, chunks, *tail)
+
+    return run
+
+
 def _chunked_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
-    """For kernels that split rows into chunks: a few chunks per thread in force when bound."""
-    def bind(qm: QuantizedMatrix) -> Runner:
-        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
-        chunks = 4 * numba.get_num_threads()
-
-        def run(x: np.ndarray, y: np.ndarray) -> None:
-            fn(codes, scale, offset, x, block, y, chunks)
-
-        return run
-
-    return bind
+    return lambda qm: _bound_call(fn, qm)
 
 
 def _describe(fn) -> str:
     return " ".join((fn.__doc__ or "").split())
 
 
-def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
-    chunked = _chunked_binder(fn)
+def _require_block64(qm: QuantizedMatrix) -> None:
+    if qm.block != 64:
+        raise ValueError("int8-activation kernels handle block 64 only")
 
+
+def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
-        if qm.block != 64:
-            raise ValueError("int8-activation kernels handle block 64 only")
-        return chunked(qm)
+        _require_block64(qm)
+        return _bound_call(fn, qm)
 
     return bind
 
@@ -131,19 +135,10 @@ def _packed_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
         from gemvbw.kernels.i8_packed import PREFETCH_AHEAD, pack
 
-        if qm.block != 64:
-            raise ValueError("int8-activation kernels handle block 64 only")
-        codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+        _require_block64(qm)
         if qm not in _PACKED:  # verification, calibration and the timed run share one copy
-            _PACKED[qm] = pack(codes, scale, offset, qm.bits, qm.K)
-        pc, pm, npairs = _PACKED[qm]
-        ahead = PREFETCH_AHEAD[qm.bits]
-        chunks = 4 * numba.get_num_threads()
-
-        def run(x: np.ndarray, y: np.ndarray) -> None:
-            fn(pc, pm, npairs, codes, scale, offset, x, block, y, chunks, ahead)
-
-        return run
+            _PACKED[qm] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K)
+        return _bound_call(fn, qm, lead=_PACKED[qm], tail=(PREFETCH_AHEAD[qm.bits],))
 
     return bind
 

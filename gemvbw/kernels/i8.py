@@ -140,7 +140,7 @@ def quantize_activations(x, block, nb):
     xdq = np.empty(K, np.float32)
     for b in range(nb):
         # slices counted from 0: an index from range(lo, hi) keeps numba's wraparound check, which
-        # stops LLVM from vectorizing (measured 2x slower here)
+        # stops LLVM from vectorizing (measured here: 41 -> 25 us at K=14336)
         lo = b * block
         hi = min(lo + block, K)
         xb = x[lo:hi]
@@ -263,6 +263,18 @@ def _pair_w3(context, builder, cty, codes, cofs, acts):
     return _madd_u8s8(builder, pairs)
 
 
+def accumulate_pair(builder, parts, factors, accp):
+    """acc[0:8] += isum * s * d + o * x: the four rows' <8 x i32> partials of a block pair reduced by one
+    vphaddd tree to [4 rows x block 2q | 4 rows x block 2q+1], then scaled 8 lanes at once. factors()
+    emits the loads of (s, o, d, x) after the tree (emitted before it, LLVM's schedule had one more
+    instruction in the rows4 loops)."""
+    hadd = _fn(builder, "llvm.x86.avx2.phadd.d", V8x32, [V8x32, V8x32])
+    t = builder.call(hadd, [builder.call(hadd, [parts[0], parts[1]]), builder.call(hadd, [parts[2], parts[3]])])
+    s, o, d, x = factors()
+    total = builder.fadd(builder.fmul(builder.sitofp(t, V8F), builder.fmul(s, d)), builder.fmul(o, x))
+    builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
+
+
 def _intrinsic_pair(partial):
     def pair4(typingctx, c0, c1, c2, c3, cofs, xqp, xofs, st, ot, lanes, dd, xss, acc):
         """acc[0:8] += isum * scale * d + offset * d * sum(xq) for one block pair of four rows."""
@@ -272,13 +284,10 @@ def _intrinsic_pair(partial):
             acts = [_load(context, builder, sig.args[5], args[5], _off(builder, args[6], 32 * p), V32x8)
                     for p in range(4)]
             parts = [partial(context, builder, sig.args[i], args[i], args[4], acts) for i in range(4)]
-            hadd = _fn(builder, "llvm.x86.avx2.phadd.d", V8x32, [V8x32, V8x32])
-            t = builder.call(hadd, [builder.call(hadd, [parts[0], parts[1]]), builder.call(hadd, [parts[2], parts[3]])])
-            s, o, d, x = (builder.load(_ptr(context, builder, sig.args[k], args[k], args[9], V8F), align=4)
-                          for k in (7, 8, 10, 11))
             accp = _ptr(context, builder, sig.args[12], args[12], ir.Constant(args[9].type, 0), V8F)
-            total = builder.fadd(builder.fmul(builder.sitofp(t, V8F), builder.fmul(s, d)), builder.fmul(o, x))
-            builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
+            accumulate_pair(builder, parts, lambda: [builder.load(_ptr(context, builder, sig.args[k], args[k],
+                                                                       args[9], V8F), align=4)
+                                                     for k in (7, 8, 10, 11)], accp)
             return context.get_dummy_value()
 
         return sig, codegen

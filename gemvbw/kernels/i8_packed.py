@@ -36,13 +36,12 @@ from gemvbw.kernels import w3 as _w3
 from gemvbw.kernels import w4 as _w4
 from gemvbw.kernels import w8 as _w8
 from gemvbw.kernels._common import FASTMATH, ROWS, load_meta, row_chunks
-from gemvbw.kernels.i8 import (_NIBBLE_ORDER, _PLANE_ORDER, I8, I16, I32, V8F, V8x32, V16x8, V16x16, V32x8, _fn,
-                               _load, _madd_u8s8, _off, _pair_w2, _ptr, _splat, permuted_activations,
-                               quantize_activations)
+from gemvbw.kernels.i8 import (_NIBBLE_ORDER, _PLANE_ORDER, I8, I16, I32, SUPPORTED_BLOCK, V8F, V8x32, V16x8,
+                               V16x16, V32x8, _fn, _load, _madd_u8s8, _off, _pair_w2, _ptr, _splat,
+                               accumulate_pair, permuted_activations, quantize_activations)
 
 V8I16 = ir.VectorType(I16, 8)
 V8H = ir.VectorType(ir.HalfType(), 8)
-BLOCK = 64
 
 
 def _meta8(context, builder, mty, meta, mofs):
@@ -123,17 +122,18 @@ def _intrinsic_packed(partial, row_bytes, prefetch=True, code_bias=0):
             a = _acts(context, builder, sig.args[4], args[4], args[5])  # loaded once for four rows
             parts = [partial(context, builder, sig.args[0], args[0], _off(builder, args[1], row_bytes * i), a)
                      for i in range(ROWS)]
-            hadd = _fn(builder, "llvm.x86.avx2.phadd.d", V8x32, [V8x32, V8x32])
-            t = builder.call(hadd, [builder.call(hadd, [parts[0], parts[1]]), builder.call(hadd, [parts[2], parts[3]])])
-            s = _meta8(context, builder, sig.args[2], args[2], args[3])
-            o = _meta8(context, builder, sig.args[2], args[2], _off(builder, args[3], 8))
-            if code_bias:  # codes stored as c - bias: sum(c x) = sum((c - bias) x) + bias * sum(x)
-                o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [float(code_bias)] * 8)))
-            d = builder.load(_ptr(context, builder, sig.args[6], args[6], args[8], V8F), align=4)
-            x = builder.load(_ptr(context, builder, sig.args[7], args[7], args[8], V8F), align=4)
+
+            def factors():
+                s = _meta8(context, builder, sig.args[2], args[2], args[3])
+                o = _meta8(context, builder, sig.args[2], args[2], _off(builder, args[3], 8))
+                if code_bias:  # codes stored as c - bias: sum(c x) = sum((c - bias) x) + bias * sum(x)
+                    o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [float(code_bias)] * 8)))
+                d = builder.load(_ptr(context, builder, sig.args[6], args[6], args[8], V8F), align=4)
+                x = builder.load(_ptr(context, builder, sig.args[7], args[7], args[8], V8F), align=4)
+                return s, o, d, x
+
             accp = _ptr(context, builder, sig.args[9], args[9], ir.Constant(args[8].type, 0), V8F)
-            total = builder.fadd(builder.fmul(builder.sitofp(t, V8F), builder.fmul(s, d)), builder.fmul(o, x))
-            builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
+            accumulate_pair(builder, parts, factors, accp)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -334,6 +334,6 @@ KERNELS = {8: gemv_w8_packed, 4: gemv_w4_packed, 3: gemv_w3_packed, 2: gemv_w2_p
 
 def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int):
     """The repacked (codes, metadata, block pairs) of a matrix: done once, when a kernel is bound."""
-    npairs = (K // BLOCK) // 2
+    npairs = (K // SUPPORTED_BLOCK) // 2
     pc, pm = repack(codes, scale, offset, PAIR_ORDER[bits], npairs, bits)
     return pc, pm, npairs
