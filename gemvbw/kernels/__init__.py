@@ -126,7 +126,8 @@ def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
-# repacked copies, kept while their matrix lives
+# repacked copies, kept while their matrix lives (a matrix's arrays are not changed once it is
+# bound: the copy would go stale)
 _PACKED: "weakref.WeakKeyDictionary[QuantizedMatrix, tuple]" = weakref.WeakKeyDictionary()
 
 

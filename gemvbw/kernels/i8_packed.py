@@ -13,8 +13,8 @@ group reads two sequential streams, block pair after block pair:
 
 The bytes are exactly those of the packed matrix, reordered; blocks left over (an
 odd last full block, a shorter last block) are read from the matrix as stored.
-Measured against ``rows4`` i8, same run (w2, 4096x14336, 2 threads): cold 2682 ->
-2054 us, warm 2447 -> 1474 us.
+Measured against ``rows4`` i8, same run (w2, 4096x14336, 2 threads; the layout alone,
+before prefetching was added): cold 2682 -> 2054 us, warm 2447 -> 1474 us.
 
 w8 codes are stored as c - 128 (the byte c ^ 0x80), so that vpmaddubsw takes them as
 llama.cpp's q8 path does: |c - 128| <= 128 as the unsigned operand and x with the sign of
