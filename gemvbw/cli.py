@@ -7,9 +7,18 @@ was measured is still printed and written, marked partial).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import replace
+
+# Before numpy loads its BLAS: the verification reference is a float64 numpy product, after which
+# OpenBLAS's threads keep spinning for a while and, on a machine with few cores, take them from the
+# kernel timed next. Measured on 2 cores (1024x1024, --act i8, 10 calls per group): the first group
+# after each verification averaged 2.3-3.7 ms per call, the second 0.11-0.15 ms; with one BLAS thread
+# both groups took 0.11-0.14 ms. A user's own setting wins.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import click
 

@@ -308,3 +308,17 @@ def test_f32_activations_note_points_to_act_i8_where_it_exists():
     assert "f32-activations" not in codes.get("i8", set())
     res = run(TINY + ["--bits", "8", "--block", "32", "--format", "json"])  # i8 kernels take block 64 only
     assert "f32-activations" not in {w["code"] for w in json.loads(res.stdout)["warnings"]}
+
+
+def test_blas_threads_default_to_one_unless_set():
+    import os
+    import subprocess
+    import sys
+
+    probe = "import gemvbw.cli, os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "OPENBLAS_NUM_THREADS": "3"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "1"]
