@@ -7,7 +7,8 @@ matrix) and timed warm on the shape itself, within a small time budget. The
 choice is stored in a JSON file under the user's cache directory, keyed by
 everything that could change it: CPU model and ISA flags, thread count,
 activation type, shape, block and metadata size, the versions of gemvbw, numba
-and llvmlite, and the set of variants.
+and llvmlite, the set of variants, a fingerprint of the kernels' sources and
+numba's compiler target.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gemvbw import kernels, system
+from gemvbw import kernels, system, tiers
+from gemvbw.cache import cache_dir
 from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.report.files import write_atomic
@@ -45,17 +47,15 @@ class Choice:
 
 
 def cache_path() -> Path:
-    base = os.environ.get("GEMVBW_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gemvbw")
-    return Path(base) / "calibration.json"
+    return cache_dir() / "calibration.json"
 
 
 def machine_key(bits: int, act: str, threads: int, shape: tuple = ()) -> str:
     facts = system.describe_cpu()
     v = system.versions()
     names = ",".join(s.variant for s in kernels.variants(bits, act))
-    raw = json.dumps([facts, threads, act, bits, list(shape), v["gemvbw"], v["numba"], v["llvmlite"], names],
-                     sort_keys=True)
+    raw = json.dumps([facts, threads, act, bits, list(shape), v["gemvbw"], v["numba"], v["llvmlite"], names,
+                      kernels.FINGERPRINT, tiers.numba_target_key()], sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

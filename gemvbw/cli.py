@@ -95,6 +95,11 @@ def require_numba() -> None:
     except Exception as exc:  # ImportError, or a broken llvmlite raising OSError
         click.echo(f"Error: numba could not be imported ({type(exc).__name__}: {exc}).\n{NUMBA_HELP}", err=True)
         sys.exit(1)
+    from gemvbw import tiers
+
+    unsafe = tiers.unsafe_target_message(tiers.report())
+    if unsafe:  # before anything is compiled: such code would die of SIGILL, which nothing can catch
+        usage_error(unsafe)
     from gemvbw import jitcache
 
     for path in jitcache.repair():
@@ -124,10 +129,11 @@ def main() -> None:
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is reported (default 3; env MNN_GEMVBW_REPS).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each timed call; 0 = warm cache (default 64).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset: 2 = fp16 (default), 4 = fp32.")
-@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
-              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel, AVX2 integer dot products).")
-@click.option("--kernel", default="auto", show_default=True, metavar="auto|all|NAME",
-              help="Kernel variant: auto (preferred), all (every variant), or a variant name.")
+@click.option("--act", type=click.Choice(["auto", "f32", "i8"]), default=None,
+              help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
+@click.option("--kernel", default=None, metavar="auto|all|NAME",
+              help="Kernel variant (default auto: the fastest verified one, calibrated): all (every variant "
+                   "and tier this CPU runs), or a name (ref, rows4, packed, packed-4x2-<tier>; see gemvbw info).")
 @click.option("--seed", metavar="INT", help="Seed of the random weights and activations (default 0).")
 @click.option("--compare-warm", "compare_warm", is_flag=True, default=None,
               help="Also time every kernel without the flush and show warm beside cold.")
@@ -216,9 +222,10 @@ def sweep(fmt: str, **flags) -> None:
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is used (default 3).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset (default 2).")
-@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
-              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel; x86 AVX2, block 64).")
-@click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
+@click.option("--act", type=click.Choice(["auto", "f32", "i8"]), default=None,
+              help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
+@click.option("--kernel", default=None, metavar="auto|NAME",
+              help="Kernel variant (default auto: the fastest verified one); or a name (see gemvbw info).")
 @click.option("--seed", metavar="INT", help="Seed of the random weights (default 0).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json"]), default="auto",
               show_default=True, help="auto = rich on a terminal, markdown when piped.")
@@ -341,9 +348,10 @@ def info(fmt: str, root: str) -> None:
 @click.option("--block", metavar="INT", help="Quantization block (default 64).")
 @click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
 @click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
-@click.option("--act", type=click.Choice(["f32", "i8"]), default="f32", show_default=True,
-              help="Activations: f32, or i8 (x quantized per block to int8 in the kernel; x86 AVX2, block 64).")
-@click.option("--kernel", default="auto", show_default=True, metavar="auto|NAME", help="Kernel variant.")
+@click.option("--act", type=click.Choice(["auto", "f32", "i8"]), default=None,
+              help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
+@click.option("--kernel", default=None, metavar="auto|NAME",
+              help="Kernel variant (default auto: the fastest verified one); or a name (see gemvbw info).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
 @click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1.0),
               help="How long to run.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gemvbw import system
+from gemvbw import system, tiers
 from gemvbw.settings import format_cpus
 
 
@@ -19,11 +19,22 @@ def gather(root: Path = Path("/"), affinity: list[int] | None = None, with_numba
     caches = system.cache_sizes(root)
     temps = system.temperatures(root)
     mem = system.memory() if root == Path("/") else system.Unknown("not read from a fixture tree")
+    live = root == Path("/")
+    isa, isa_source = system.cpu_isa(sections, machine) if live else (system.isa_features(sections, machine),
+                                                                      "/proc/cpuinfo")
+    emulated = system.emulation(sections, machine)
+    model = str(text) if isinstance(text, system.Unknown) else str(system.cpu_model(sections))
+    target = tiers.numba_target() if live else None
     facts = {
-        "cpu": str(text) if isinstance(text, system.Unknown) else str(system.cpu_model(sections)),
+        "cpu": model if emulated is None else f"emulated {machine} on {model}",
         "machine": machine,
         "platform": sys.platform,
-        "isa": system.isa_features(sections, machine),
+        "isa": isa,
+        "isa_source": isa_source,
+        "emulated": emulated,
+        "tiers": tiers.build_report(machine, isa, isa_source, target,
+                                    no_target="llvmlite is not importable" if live else
+                                    f"a captured tree under {root}: no compiler to ask").to_dict(),
         "clusters": [g.to_dict() for g in groups],
         "clusters_known": system.clusters_known(groups),
         "affinity": cpus,
@@ -60,7 +71,11 @@ def _size(n: int) -> str:
 
 def render(facts: dict) -> list[str]:
     lines = [f"cpu:        {facts['cpu']} ({facts['machine']}, {facts['platform']})",
-             f"isa:        {' '.join(facts['isa']) or 'none of the kernel-relevant features'}"]
+             f"isa:        {' '.join(facts['isa']) or 'none of the kernel-relevant features'} "
+             f"(from {facts['isa_source']})"]
+    if facts.get("emulated"):
+        lines.append(f"  ! emulated: {facts['emulated']}; timings here are the emulator's")
+    lines += tier_lines(facts)
     lines.append("clusters:   (fastest first)")
     for i, c in enumerate(facts["clusters"]):
         speed = f"max {c['max_mhz']:.0f} MHz" if c["max_mhz"] else "max unknown"
@@ -97,4 +112,31 @@ def render(facts: dict) -> list[str]:
                      f"--threads {adv['threads']})")
     else:
         lines.append(f"advice:     {adv['why']}")
+    return lines
+
+
+def tier_lines(facts: dict) -> list[str]:
+    """int8 tiers this CPU and numba's target can run (the preferred first), the others and why not."""
+    rep = facts["tiers"]
+    usable = [t["name"] for t in rep["tiers"] if t["usable"]]
+    lines = []
+    if usable:
+        names = ", ".join(f"packed-4x2-{n}" + (" (preferred)" if i == 0 and len(usable) > 1 else "")
+                          for i, n in enumerate(usable))
+        lines.append(f"int8 tiers: {names}: w8 w4 w3 w2 at block 64 run int8 activations "
+                     "(--act auto; --kernel auto calibrates among the tiers per shape)")
+    else:
+        lines.append("int8 tiers: none usable here: every width runs f32 activations (--act auto)")
+    for t in rep["tiers"]:
+        if not t["usable"]:
+            lines.append(f"  packed-4x2-{t['name']}: not usable: {t['reason']}")
+    for flag, why in tiers.UNUSED.items():
+        if flag in facts["isa"]:
+            lines.append(f"  {why}")
+    target = rep["target"]
+    if target is not None:
+        lines.append(f"compiler:   numba targets {target['cpu']} ({target['cpu_source']}; features from "
+                     f"{target['features_source']})")
+    if rep["unsafe_message"]:
+        lines.append(f"  ! {rep['unsafe_message']}; gemvbw sweep refuses to run so")
     return lines

@@ -202,15 +202,22 @@ def result_notes(
 
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
               llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False,
-              act: str = "f32", i8_available: bool = False) -> list[Note]:
+              act: str = "f32", i8_available: bool = False, emulated: str | None = None) -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
     notes = []
+    if emulated:
+        notes.append(Note(
+            "emulated",
+            f"this process runs under emulation ({emulated}): the figures time the emulator, not a CPU",
+            "use such a run to check that the kernels verify; measure on the device itself",
+        ))
     if act == "f32" and i8_available:
         notes.append(Note(
             "f32-activations",
-            "x stays float32 here; MNN's GemvBW (built with MNN_LOW_MEMORY, memory mode Low, as its test sets) "
-            "quantizes x to int8 per block on the fly, which makes unpacking far cheaper",
-            "add --act i8 for the run that compares with MNN's (and llama.cpp's q8) figures",
+            "--act f32 keeps x float32, so the kernels pay for float unpacking; MNN's GemvBW (memory mode Low, "
+            "as its test sets) and llama.cpp's q8 paths quantize x to int8 per block on the fly, as the default "
+            "--act auto does here",
+            "drop --act f32 (or use --act i8) for the run that compares with MNN's and llama.cpp's figures",
         ))
     if mixed_clusters:
         notes.append(Note(
@@ -279,6 +286,7 @@ class SweepRecord:
     interrupted: str | None = None
     comparison: object | None = None  # gemvbw.compare.Comparison, with --rerun
     kernel_choice: dict = field(default_factory=dict)  # --kernel auto: per width, what was chosen and how
+    act_choice: dict = field(default_factory=dict)  # per width: the activation types run, and why
 
     def to_dict(self) -> dict:
         rf = self.roofline
@@ -305,4 +313,5 @@ class SweepRecord:
             "warnings": [n.to_dict() for n in self.notes],
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
             "kernel_choice": self.kernel_choice,
+            "act_choice": self.act_choice,
         }

@@ -37,18 +37,31 @@ class Reporter(Protocol):
 Exporter = Callable[[SweepRecord], None]
 
 
+def plan_width(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
+               x=None) -> list[tuple[str, list[kernels.KernelSpec]]]:
+    """What to measure for a width: per activation type (--act auto: int8 where a kernel exists for this
+    CPU and block, else f32), the variants; with --kernel auto, the one calibrated on this shape. The
+    choices and their reasons are recorded."""
+    name = f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
+    plan = []
+    for act, _ in kernels.acts_for(bits, settings.block, settings.act, settings.kernel):
+        if settings.kernel == "all":
+            specs = kernels.variants(bits, act)
+        elif settings.kernel == "auto":
+            choice = calibrate.choose(bits, act, settings.threads, qm, x)
+            if record is not None:
+                record.kernel_choice[name] = choice.to_dict()
+            specs = [choice.spec]
+        else:
+            specs = [kernels.get(bits, act, settings.kernel)]
+        plan.append((act, specs))
+    return plan
+
+
 def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
               x=None) -> list[kernels.KernelSpec]:
-    """The variants to measure for a width; with --kernel auto, the choice calibrated on this shape (recorded)."""
-    if settings.kernel == "all":
-        return kernels.variants(bits, settings.act)
-    if settings.kernel == "auto":
-        choice = calibrate.choose(bits, settings.act, settings.threads, qm, x)
-        if record is not None:
-            name = f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
-            record.kernel_choice[name] = choice.to_dict()
-        return [choice.spec]
-    return [kernels.get(bits, settings.act, settings.kernel)]
+    """Every variant a width measures, whatever its activation type."""
+    return [spec for _, specs in plan_width(bits, settings, record, qm, x) for spec in specs]
 
 
 class Sweep:
@@ -74,8 +87,11 @@ class Sweep:
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],
-                                   s.act, _usable("i8", s.bits, s.block)))
-        per_width = [len(kernels.variants(b, s.act)) if s.kernel == "all" else 1 for b in s.bits]
+                                   s.act, _usable("i8", s.bits, s.block), rec.system.get("emulated")))
+        for b in s.bits:  # known before anything is compiled: the header says it
+            rec.act_choice[f"w{b}"] = [{"act": a, "why": why} for a, why in kernels.acts_for(b, s.block, s.act, s.kernel)]
+        per_width = [sum(len(kernels.variants(b, a)) if s.kernel == "all" else 1
+                         for a, _ in kernels.acts_for(b, s.block, s.act, s.kernel)) for b in s.bits]
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)
 
@@ -93,13 +109,21 @@ class Sweep:
             y = np.empty(M, dtype=np.float32)
             for bits in s.bits:
                 qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
-                specs = specs_for(bits, s, rec, qm, x)
-                reference = reference_gemv(qm, specs[0].reference_x(x, qm.block))
-                # int8 activations: what quantizing x alone costs, reported beside the kernel's own error
-                act_err = None if specs[0].activations is None else activation_error(reference_gemv(qm, x), reference)
-                for spec in specs:
-                    self._measure(spec, qm, x, y, reference, flusher, llc, act_err)
-                del qm, reference
+                exact = None
+                for act, specs in plan_width(bits, s, rec, qm, x):
+                    # each activation type has its reference: int8 kernels are checked against the product
+                    # with the same quantized x, and what quantizing x alone costs is reported beside
+                    reference = reference_gemv(qm, specs[0].reference_x(x, qm.block))
+                    act_err = None
+                    if specs[0].activations is not None:
+                        exact = exact or reference_gemv(qm, x)
+                        act_err = activation_error(exact, reference)
+                    elif exact is None:
+                        exact = reference
+                    for spec in specs:
+                        self._measure(spec, qm, x, y, reference, flusher, llc, act_err)
+                    del reference
+                del qm, exact
         rec.partial = False
         self._compare()
         self.reporter.finish(rec)

@@ -44,7 +44,7 @@ EXAMPLES = {
 
 DEFAULTS = {
     "M": 4096, "K": 14336, "bits": (8, 4, 3, 2), "block": 64, "iters": 200, "reps": 3,
-    "flush_mib": 64, "meta_bytes": 2, "seed": 0, "act": "f32", "kernel": "auto",
+    "flush_mib": 64, "meta_bytes": 2, "seed": 0, "act": "auto", "kernel": "auto",
 }
 
 # what the roofline needs at once: memcpy source + destination (the read buffer comes later)
@@ -228,7 +228,8 @@ def resolve(
     values["threads"] = threads
 
     values["act"] = check_act(str(flags.get("act") or DEFAULTS["act"]), values["bits"], values["block"])
-    values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"])
+    values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"],
+                                    values["block"])
     for key in ("json_path", "csv_path"):
         path = flags.get(key)
         if path is not None:
@@ -250,31 +251,49 @@ def resolve(
     return settings
 
 
+ACTS = ("auto", "i8", "f32")
+
+
 def check_act(act: str, bits: tuple[int, ...], block: int) -> str:
+    """--act as asked: auto (int8 where a kernel exists, else f32), f32, or i8 (an error where a width
+    has no int8 kernel here, naming what the CPU has)."""
     from gemvbw import kernels
 
-    if act == "f32":
+    if act not in ACTS:
+        raise SettingsError("--act", f"{act!r} is not one of {', '.join(ACTS)}; use e.g. --act auto")
+    if act != "i8":
         return act
-    missing = [b for b in bits if not kernels.variants(b, act)]
-    if missing:
-        isa = " ".join(system.describe_cpu()["isa"]) or "none of the relevant ones"
-        raise SettingsError("--act", f"no {act} kernels on this CPU (they need x86 AVX2; its features: {isa}); "
-                                     "use --act f32")
-    allowed = {blk for b in bits for s in kernels.variants(b, act) for blk in (s.blocks or ())}
-    if allowed and block not in allowed:
-        raise SettingsError("--act", f"{act} kernels work on blocks of {', '.join(map(str, sorted(allowed)))}, "
-                                     f"not {block}; use --block 64 or --act f32")
+    for b in bits:
+        missing = kernels.int8_unavailable(b, block)
+        if missing is not None:
+            if "blocks of" in missing:
+                raise SettingsError("--act", f"{missing}; use --block 64, or --act auto (f32 where int8 cannot run)")
+            cpu = system.describe_cpu()
+            isa = " ".join(cpu["isa"]) or "none of the relevant ones"
+            raise SettingsError("--act", f"{missing}; this CPU's features ({cpu['isa_source']}): {isa}. "
+                                         "Use --act auto or --act f32")
     return act
 
 
-def check_kernel(kernel: str, bits: tuple[int, ...], act: str) -> str:
+def check_kernel(kernel: str, bits: tuple[int, ...], act: str, block: int = 64) -> str:
     from gemvbw import kernels
 
     if kernel in ("auto", "all"):
         return kernel
-    missing = [b for b in bits if kernel not in {s.variant for s in kernels.variants(b, act)}]
+
+    def has(b: int) -> bool:
+        for a, _ in kernels.acts_for(b, block, act, kernel):
+            try:
+                kernels.get(b, a, kernel)
+                return True
+            except KeyError:
+                pass
+        return False
+
+    missing = [b for b in bits if not has(b)]
     if missing:
-        names = ", ".join(["auto", "all"] + kernels.variant_names(act))
+        acts = ("f32", "i8") if act == "auto" else (act,)
+        names = ", ".join(["auto", "all"] + sorted({n for a in acts for n in kernels.variant_names(a)}))
         widths = ",".join(f"w{b}" for b in missing)
         raise SettingsError("--kernel", f"no variant {kernel!r} for {widths} (act={act}); choose one of: {names}")
     return kernel

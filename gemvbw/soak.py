@@ -53,6 +53,7 @@ class SoakRecord:
     seconds: float
     interval: float
     windows: list[Window] = field(default_factory=list)
+    act: str = "f32"  # the activations the kernel ran with (--act auto resolved)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     interrupted: str | None = None
 
@@ -80,7 +81,7 @@ class SoakRecord:
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "version": __version__, "created": self.created, "command": list(sys.argv),
                 "interrupted": self.interrupted, "system": self.system, "settings": self.settings,
-                "variant": self.variant, "logical_bytes": self.logical_bytes, "seconds": self.seconds,
+                "variant": self.variant, "act": self.act, "logical_bytes": self.logical_bytes, "seconds": self.seconds,
                 "interval_s": self.interval, "windows": [w.to_dict() for w in self.windows],
                 "summary": self.summary()}
 
@@ -92,15 +93,17 @@ def soak(settings: Settings, seconds: float, interval: float,
     numba.set_num_threads(settings.threads)
     qm = random_quantized(settings.M, settings.K, bits, settings.block, settings.meta_bytes, seed=settings.seed + bits)
     x = random_activations(settings.K, settings.seed)
+    act = kernels.acts_for(bits, settings.block, settings.act, settings.kernel)[0][0]
     if settings.kernel == "auto":
-        spec = calibrate.choose(bits, settings.act, settings.threads, qm, x).spec
+        spec = calibrate.choose(bits, act, settings.threads, qm, x).spec
     else:
-        spec = kernels.get(bits, settings.act, settings.kernel)
+        spec = kernels.get(bits, act, settings.kernel)
     check = verify(spec, qm, x)
     if not check.ok:
         raise RuntimeError(f"w{bits} {spec.variant} failed verification (max rel err {check.max_rel_err:.2e}); "
                            "nothing was timed")
-    record = SoakRecord(system.describe(), settings.to_dict(), spec.variant, qm.logical_bytes, seconds, interval)
+    record = SoakRecord(system.describe(), settings.to_dict(), spec.variant, qm.logical_bytes, seconds, interval,
+                        act=act)
     record.system.update(system.numba_threading())
     soak.record = record  # so that an interrupted caller can still report what was measured
     run = spec.bind(qm)

@@ -13,9 +13,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# ISA features that decide which kernels can be fast, per architecture.
-X86_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni")
+# ISA features that decide which kernels can be fast, per architecture (as /proc/cpuinfo names them).
+X86_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
 ARM_FEATURES = ("asimd", "asimddp", "i8mm", "sve", "sve2", "sme", "fphp", "asimdhp")
+
+# The aarch64 kernel's HWCAP bits (linux arch/arm64/include/uapi/asm/hwcap.h), named as the Features
+# line of /proc/cpuinfo names them. The HWCAPs are what the kernel enables for user space, so they are
+# what decides whether an instruction runs or raises SIGILL.
+AT_HWCAP, AT_HWCAP2 = 16, 26
+HWCAP_BITS = {0: "fp", 1: "asimd", 9: "fphp", 10: "asimdhp", 20: "asimddp", 22: "sve", 23: "asimdfhm"}
+HWCAP2_BITS = {1: "sve2", 13: "i8mm", 14: "bf16", 23: "sme"}
 
 
 @dataclass(frozen=True)
@@ -91,15 +98,76 @@ def cpu_model(sections: list[dict[str, str]]) -> str | Unknown:
     return Unknown("/proc/cpuinfo names no model")
 
 
-def isa_features(sections: list[dict[str, str]], machine: str) -> list[str]:
-    """The kernel-relevant ISA features present, from the flags/Features lines."""
+def is_arm(machine: str) -> bool:
+    return machine in ("aarch64", "arm64", "armv8l")
+
+
+def isa_features(sections: list[dict[str, str]], machine: str, hwcaps: set[str] | None = None) -> list[str]:
+    """The kernel-relevant ISA features present: from the HWCAPs on aarch64 when given, else from
+    /proc/cpuinfo's flags/Features lines."""
     flags: set[str] = set()
-    for sec in sections:
-        for key in ("flags", "Features"):
-            if key in sec:
-                flags.update(sec[key].split())
-    wanted = ARM_FEATURES if machine in ("aarch64", "arm64", "armv8l") else X86_FEATURES
+    if hwcaps is not None and is_arm(machine):
+        flags = hwcaps
+    else:
+        for sec in sections:
+            for key in ("flags", "Features"):
+                if key in sec:
+                    flags.update(sec[key].split())
+    wanted = ARM_FEATURES if is_arm(machine) else X86_FEATURES
     return [f for f in wanted if f in flags]
+
+
+def _auxv_from_libc() -> dict[int, int] | None:
+    import ctypes
+
+    try:
+        getauxval = ctypes.CDLL(None).getauxval  # glibc and Android's bionic both export it
+    except (OSError, AttributeError):
+        return None
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    return {AT_HWCAP: int(getauxval(AT_HWCAP)), AT_HWCAP2: int(getauxval(AT_HWCAP2))}
+
+
+def parse_auxv(raw: bytes, word: int = 8) -> dict[int, int]:
+    """/proc/self/auxv: (type, value) pairs of native unsigned longs, ending with AT_NULL."""
+    out: dict[int, int] = {}
+    for i in range(0, len(raw) - 2 * word + 1, 2 * word):
+        key = int.from_bytes(raw[i:i + word], sys.byteorder)
+        if key == 0:
+            break
+        out[key] = int.from_bytes(raw[i + word:i + 2 * word], sys.byteorder)
+    return out
+
+
+def hwcap_names(hwcap: int, hwcap2: int) -> set[str]:
+    return ({n for bit, n in HWCAP_BITS.items() if hwcap >> bit & 1}
+            | {n for bit, n in HWCAP2_BITS.items() if hwcap2 >> bit & 1})
+
+
+def arm_hwcaps() -> tuple[set[str], str] | None:
+    """(feature names, where they came from) from this process's HWCAPs: getauxval, else /proc/self/auxv.
+    None when neither can be read (then /proc/cpuinfo's Features line is all there is)."""
+    aux = _auxv_from_libc()
+    source = "HWCAP (getauxval)"
+    if not aux or not aux.get(AT_HWCAP):
+        try:
+            aux = parse_auxv(Path("/proc/self/auxv").read_bytes())
+            source = "HWCAP (/proc/self/auxv)"
+        except OSError:
+            return None
+    if not aux.get(AT_HWCAP):
+        return None
+    return hwcap_names(aux.get(AT_HWCAP, 0), aux.get(AT_HWCAP2, 0)), source
+
+
+def emulation(sections: list[dict[str, str]], machine: str) -> str | None:
+    """How this process is emulated, when it visibly is: QEMU's user mode runs aarch64 programs with the
+    host's /proc/cpuinfo, whose x86 'flags' no ARM kernel writes. None when nothing says so."""
+    if is_arm(machine) and any("flags" in sec and "Features" not in sec for sec in sections):
+        model = os.environ.get("QEMU_CPU")
+        return "QEMU user mode" + (f" (QEMU_CPU={model})" if model else "") + "; /proc/cpuinfo describes the host"
+    return None
 
 
 def affinity() -> list[int]:
@@ -205,13 +273,24 @@ def numba_threading() -> dict[str, object]:
             "threads": int(numba.get_num_threads())}
 
 
+def cpu_isa(sections: list[dict[str, str]], machine: str) -> tuple[list[str], str]:
+    """This process's kernel-relevant ISA features and where they came from (HWCAPs on aarch64)."""
+    caps = arm_hwcaps() if is_arm(machine) and is_linux_like() else None
+    if caps is not None:
+        return isa_features(sections, machine, caps[0]), caps[1]
+    return isa_features(sections, machine), "/proc/cpuinfo"
+
+
 def describe_cpu(root: Path = Path("/")) -> dict[str, object]:
     """CPU model, architecture and kernel-relevant ISA flags: what decides which kernel is fastest."""
     machine = platform.machine()
     text = read_text(root / "proc/cpuinfo")
     sections = [] if isinstance(text, Unknown) else parse_cpuinfo(text)
     model = cpu_model(sections) if not isinstance(text, Unknown) or not is_linux_like() else text
-    return {"cpu": str(model), "machine": machine, "isa": isa_features(sections, machine)}
+    isa, source = cpu_isa(sections, machine)
+    emulated = emulation(sections, machine)
+    return {"cpu": str(model) if emulated is None else f"emulated {machine} on {model}", "machine": machine,
+            "isa": isa, "isa_source": source, "emulated": emulated}
 
 
 def describe(root: Path = Path("/")) -> dict[str, object]:
@@ -223,11 +302,15 @@ def describe(root: Path = Path("/")) -> dict[str, object]:
     llc = last_level_cache_bytes(root)
     caches = cache_sizes(root)
     mem = memory()
+    isa, isa_source = cpu_isa(sections, machine)
+    emulated = emulation(sections, machine)
     facts: dict[str, object] = {
-        "cpu": str(model),
+        "cpu": str(model) if emulated is None else f"emulated {machine} on {model}",
         "machine": machine,
         "platform": sys.platform,
-        "isa": isa_features(sections, machine),
+        "isa": isa,
+        "isa_source": isa_source,
+        "emulated": emulated,
         "cores": os.cpu_count(),
         "affinity": affinity(),
         "caches": caches if not isinstance(caches, Unknown) else str(caches),

@@ -279,7 +279,7 @@ def test_act_i8_reports_activation_error():
         assert r["act"] == "i8" and r["verified"] is True
         assert r["max_rel_err"] < 1e-5 < r["act_quant_err"] < 1e-2
     res = run(TINY + ["--bits", "4", "--act", "i8", "--block", "32"])
-    assert res.exit_code == 2 and "--act: i8 kernels work on blocks of 64" in res.stderr
+    assert res.exit_code == 2 and "--act: the int8 kernels take blocks of 64, not 32" in res.stderr
 
 
 def test_roofline_command_per_thread_count(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from numba import njit
 
 from gemvbw import kernels
+from gemvbw.kernels import packed
 from gemvbw.kernels._common import half_to_f32
 from gemvbw.quant import quantize, random_activations, random_quantized
 from gemvbw.verify import reference_gemv, verify
@@ -104,21 +105,22 @@ def test_registry_lookup():
 
 
 I8 = [s for b in (8, 4, 3, 2) for s in kernels.variants(b, "i8")]
+NO_I8 = "no int8 tier is usable on this CPU and compiler target (see gemvbw info)"
 
 
-@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+@pytest.mark.skipif(not I8, reason=NO_I8)
 def test_int8_activations_are_quantized_per_block():
-    from gemvbw.kernels.i8 import quantize_activations
+    from gemvbw.kernels.activations import quantize_activations
 
     x = np.array([0.5, -1.0, 0.25, 0.0] * 16 + [2.0, -0.01] * 8 + [0.0] * 4, dtype=np.float32)  # K = 84
-    xq, xq16, d, xs, xdq = quantize_activations(x, 64, 2)
+    xq, d, xs, xdq = quantize_activations(x, 64, 2)
     assert d[0] == np.float32(1.0 / 127) and d[1] == np.float32(2.0 / 127)
     assert xq[1] == -127 and xq[0] == 64 and xq[64] == 127 and xq[65] == -1
-    assert np.array_equal(xq16[:84], xq[:84].astype(np.int16)) and not xq[84:].any()  # padded with zeros
+    assert xq.size == 128 and not xq[84:].any()  # padded with zeros to whole blocks
     assert xs[0] == pytest.approx(d[0] * xq[:64].sum()) and np.allclose(xdq, xq[:84] * np.repeat(d, 64)[:84])
 
 
-@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+@pytest.mark.skipif(not I8, reason=NO_I8)
 @pytest.mark.parametrize("spec", I8, ids=spec_id)
 @pytest.mark.parametrize("code", [255, 0])
 def test_int8_kernel_extremes_do_not_saturate(spec, code):
@@ -132,7 +134,7 @@ def test_int8_kernel_extremes_do_not_saturate(spec, code):
     assert result.ok, result.max_rel_err
 
 
-def _unpack_pairs(pc, order, groups, npairs):
+def _stored_pairs(pc, order, groups, npairs):
     """The stored code bytes back from a repacked buffer, by the documented order (slow and obvious)."""
     pair_bytes = len(order)
     out = np.zeros((groups * 4, npairs * pair_bytes), np.uint8)
@@ -145,29 +147,40 @@ def _unpack_pairs(pc, order, groups, npairs):
     return out
 
 
-@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+def _stored_high_bits(new, V):
+    """A pair's 16 stored high-plane bytes (bit i of byte j of block h: position 8i + j) from the repacked
+    ones, by the kernel's documented lanes: lane l's bit for tile t = 4c + p is the high bit of position
+    16p + c*V/2 + l % (V/2) of block l // (V/2); 128/V bits per lane, lanes l and l + 16 sharing a byte."""
+    H, per_lane = V // 2, 128 // V
+    old = np.zeros(16, np.uint8)
+    for lane in range(V):
+        for tile in range(per_lane):
+            c, p = tile // 4, tile % 4
+            byte, bit = lane % 16, tile + per_lane * (lane // 16)
+            pos, h = 16 * p + c * H + lane % H, lane // H
+            if (int(new[byte]) >> bit) & 1:
+                old[8 * h + pos % 8] |= 1 << (pos // 8)
+    return old
+
+
+@pytest.mark.parametrize("tier", sorted(packed.PRIMITIVES), ids=str)
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 @pytest.mark.parametrize("meta_bytes", [2, 4])
-def test_repacked_layout_holds_the_same_bytes(bits, meta_bytes):
-    from gemvbw.kernels.i8_packed import PAIR_ORDER, pack
-
+def test_repacked_layout_holds_the_same_bytes(tier, bits, meta_bytes):
+    # repacking is plain numba code, so every tier's layout is checked here, whatever this CPU runs
     M, K = 10, 64 * 7 + 24  # two rows outside the row groups, an odd full block and a short one left over
+    V = packed.PRIMITIVES[tier].vector_bytes
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits)
-    pc, pm, npairs = pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K)
-    order = PAIR_ORDER[bits]
+    pc, pm, npairs = packed.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, tier)
+    order = packed.pair_order(bits, V)
     assert npairs == 3 and sorted(order) == list(range(len(order))) and len(order) == 2 * 64 * bits // 8
-    if bits == 3:  # undo the re-bitting of the high planes: stored bit i of byte j is position 8i + j
-        pc = pc.copy()
+    pc = pc.copy()
+    if bits == 3:
         for start in range(0, pc.size, 48):
-            new, old = pc[start + 32:start + 48], np.zeros(16, np.uint8)
-            for h in range(2):
-                for pos in range(64):
-                    bit = (int(new[pos % 16]) >> (4 * h + pos // 16)) & 1
-                    old[8 * h + pos % 8] |= bit << (pos // 8)
-            pc[start + 32:start + 48] = old
-    if bits == 8:  # stored as c - 128
-        pc = pc ^ np.uint8(0x80)
-    assert np.array_equal(_unpack_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
+            pc[start + 32:start + 48] = _stored_high_bits(pc[start + 32:start + 48], V)
+    if bits == 8 and packed.w8_bias(tier):  # stored as c - 128
+        pc ^= np.uint8(0x80)
+    assert np.array_equal(_stored_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
     assert pc.nbytes == 8 * npairs * 2 * 64 * bits // 8 and pm.dtype == qm.scale_raw.dtype
     # metadata of group 1, pair 2: scales then offsets, block-major (block 4: rows 4-7, block 5: rows 4-7)
     k = 1 * npairs + 2
@@ -175,12 +188,36 @@ def test_repacked_layout_holds_the_same_bytes(bits, meta_bytes):
     assert np.array_equal(pm[k * 16 + 8:k * 16 + 16], qm.offset_raw[4:8, 4:6].T.ravel())
 
 
-@pytest.mark.skipif(not I8, reason="int8-activation kernels need x86 AVX2")
+@pytest.mark.parametrize("V", [16, 32])
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+def test_activation_order_matches_the_code_vectors(V, bits):
+    # every position of a block is covered once, V/2 at a time, in the order the kernel multiplies them
+    starts = packed.act_order(bits, V)
+    covered = sorted(p for s in starts for p in range(s, s + V // 2))
+    assert covered == list(range(64)) and len(starts) == 128 // V
+    assert starts[0] == 0 and (bits != 4 or starts[1] == 32)  # w4: a vector's low nibbles, then its high
+
+
+@pytest.mark.skipif(not I8, reason=NO_I8)
 def test_gemv_act_i8_and_block_check():
     qm = random_quantized(12, 640, bits=4)
     x = random_activations(640)
     y = kernels.gemv(qm, x, act="i8")
     exact = qm.dequantize().astype(np.float64) @ x.astype(np.float64)
     assert np.abs(y - exact).max() < 1e-2 * np.abs(exact).max()  # int8 activations: close, not exact
+    assert np.array_equal(kernels.gemv(qm, x, act="auto"), y)  # auto takes int8 where a kernel exists
     with pytest.raises(ValueError, match="block 64"):
         kernels.gemv(random_quantized(4, 128, bits=4, block=32), np.ones(128, np.float32), act="i8")
+    y32 = kernels.gemv(random_quantized(4, 128, bits=4, block=32), np.ones(128, np.float32), act="auto")
+    assert y32.shape == (4,)  # auto falls back to f32 for a block the int8 kernels do not take
+
+
+def test_bound_kernel_refuses_arrays_it_would_misread():
+    spec = kernels.get(4, "f32", "rows4")
+    qm = random_quantized(8, 128, bits=4)
+    run = spec.bind(qm)
+    y = np.empty(8, np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        run(np.ones(128, np.float64), y)
+    with pytest.raises(TypeError, match="C-contiguous"):
+        run(np.ones(256, np.float32)[::2], y)

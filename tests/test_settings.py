@@ -15,7 +15,7 @@ def make(flags=None, env=None, cpus=CPUS, available=PLENTY):
 def test_defaults():
     s = make()
     assert (s.M, s.K, s.bits, s.block, s.iters, s.reps) == (4096, 14336, (8, 4, 3, 2), 64, 200, 3)
-    assert (s.flush_mib, s.meta_bytes, s.act, s.kernel) == (64, 2, "f32", "auto")
+    assert (s.flush_mib, s.meta_bytes, s.act, s.kernel) == (64, 2, "auto", "auto")
     assert s.threads == len(CPUS)
 
 

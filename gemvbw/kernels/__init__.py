@@ -8,8 +8,9 @@ width is the simple loop: the baseline other variants are measured against.
 
 from __future__ import annotations
 
-import weakref
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -23,6 +24,19 @@ from gemvbw.kernels.w8 import gemv_w8_ref, gemv_w8_rows4
 from gemvbw.quant import QuantizedMatrix
 
 Runner = Callable[[np.ndarray, np.ndarray], None]
+
+
+def _fingerprint() -> str:
+    """A hash of every kernel source: numba's cache keys a compiled function by its own file only, and
+    --kernel auto's calibration by names, so either would keep what was made from an older primitive."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([*here.glob("*.py"), *here.glob("isa/*.py")]):
+        h.update(f.relative_to(here).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+FINGERPRINT = _fingerprint()
 
 
 @dataclass(frozen=True)
@@ -65,15 +79,20 @@ def variants(bits: int, act: str = "f32") -> list[KernelSpec]:
 
 
 def variant_names(act: str = "f32") -> list[str]:
-    return sorted({v for (_, a, v) in _REGISTRY if a == act})
+    """The variant names --kernel accepts for an activation type (aliases included)."""
+    names = {v for (_, a, v) in _REGISTRY if a == act}
+    names |= {alias for alias, prefix in ALIASES.items() if any(n.startswith(prefix) for n in names)}
+    return sorted(names)
 
 
 def get(bits: int, act: str = "f32", variant: str = "auto") -> KernelSpec:
-    """The kernel for a width; 'auto' is the preferred one for this machine."""
-    if variant == "auto":
-        found = variants(bits, act)
+    """The kernel for a width; 'auto' is the preferred one for this machine, an alias ('packed') the
+    preferred variant whose name it begins."""
+    if variant == "auto" or variant in ALIASES:
+        prefix = ALIASES.get(variant, "")
+        found = [s for s in variants(bits, act) if s.variant.startswith(prefix)]
         if not found:
-            raise KeyError(f"no kernel for w{bits} act={act}")
+            raise KeyError(f"no kernel{' ' + repr(variant) if prefix else ''} for w{bits} act={act}")
         return found[0]
     try:
         return _REGISTRY[(bits, act, variant)]
@@ -81,26 +100,56 @@ def get(bits: int, act: str = "f32", variant: str = "auto") -> KernelSpec:
         raise KeyError(f"no kernel variant {variant!r} for w{bits} act={act}") from None
 
 
+def compiled(dispatcher, *args):
+    """The machine code of a numba function for these arguments' types (compiled, or loaded from numba's
+    cache, now), to be called without numba's type dispatch. Dispatch costs little warm but much after a
+    cache flush, when its Python objects must come back from DRAM: measured on a 4x128 w4 call, 1 thread,
+    warm 5.4 -> 1.9 us and cold 65 -> 28 us per call (with a Python object among the arguments, which
+    numba types in Python). The caller passes arrays of exactly the types given here."""
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    found = dispatcher.overloads.get(sig)
+    return found.entry_point if found is not None else dispatcher.compile(sig)
+
+
+def typed_like(qm: QuantizedMatrix) -> tuple[np.ndarray, np.ndarray]:
+    """An x and a y of the types every kernel is called with (float32, C-contiguous)."""
+    return np.empty(qm.K, np.float32), np.empty(qm.M, np.float32)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def check_xy(x: np.ndarray, y: np.ndarray) -> None:
+    """The machine code reads x and writes y as float32 C arrays, unchecked: anything else is refused here
+    (about 0.1 us a call) rather than read as garbage."""
+    if not (x.dtype is _F32 and y.dtype is _F32 and x.flags.c_contiguous and y.flags.c_contiguous):
+        raise TypeError("a bound kernel takes x and y as C-contiguous float32 arrays")
+
+
 def _binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
         codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+        call = compiled(fn, codes, scale, offset, *typed_like(qm)[:1], block, typed_like(qm)[1])
 
         def run(x: np.ndarray, y: np.ndarray) -> None:
-            fn(codes, scale, offset, x, block, y)
+            check_xy(x, y)
+            call(codes, scale, offset, x, block, y)
 
         return run
 
     return bind
 
 
-def _bound_call(fn, qm: QuantizedMatrix, lead: tuple = (), tail: tuple = ()) -> Runner:
-    """run(x, y) for a kernel that splits rows into chunks: a few chunks per thread in force when bound.
-    lead and tail are arguments prepared once at binding that the kernel takes before and after its own."""
+def _bound_call(fn, qm: QuantizedMatrix) -> Runner:
+    """run(x, y) for a kernel that splits rows into chunks: a few chunks per thread in force when bound."""
     codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
     chunks = 4 * numba.get_num_threads()
+    x0, y0 = typed_like(qm)
+    call = compiled(fn, codes, scale, offset, x0, block, y0, chunks)
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
-        fn(*lead, codes, scale, offset, x, block, y, chunks, *tail)
+        check_xy(x, y)
+        call(codes, scale, offset, x, block, y, chunks)
 
     return run
 
@@ -113,54 +162,39 @@ def _describe(fn) -> str:
     return " ".join((fn.__doc__ or "").split())
 
 
-def _require_block64(qm: QuantizedMatrix) -> None:
-    if qm.block != 64:
-        raise ValueError("int8-activation kernels handle block 64 only")
+# The int8-activation variants: the packed kernel once per tier this CPU and numba's target can run,
+# named packed-4x2-<tier> (format, tile of 4 rows x 2 blocks, instruction set). The alias "packed"
+# means the preferred one of them.
+PACKED_PREFIX = "packed-4x2-"
+ALIASES = {"packed": PACKED_PREFIX}
 
 
-def _i8_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
+def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
-        _require_block64(qm)
-        return _bound_call(fn, qm)
+        from gemvbw.kernels import packed
+
+        return packed.bind(tier, qm, 4 * numba.get_num_threads())
 
     return bind
 
 
-# repacked copies, kept while their matrix lives (a matrix's arrays are not changed once it is
-# bound: the copy would go stale)
-_PACKED: "weakref.WeakKeyDictionary[QuantizedMatrix, tuple]" = weakref.WeakKeyDictionary()
+def i8_specs(usable_tiers) -> list[KernelSpec]:
+    """The int8-activation variants of the given tiers, every width."""
+    from gemvbw.kernels.activations import SUPPORTED_BLOCK, dequantized_activations
 
-
-def _packed_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
-    """Repacks the matrix for the kernel (untimed, as an engine does when it loads a model)."""
-    def bind(qm: QuantizedMatrix) -> Runner:
-        from gemvbw.kernels.i8_packed import PREFETCH_AHEAD, pack
-
-        _require_block64(qm)
-        if qm not in _PACKED:  # verification, calibration and the timed run share one copy
-            _PACKED[qm] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K)
-        return _bound_call(fn, qm, lead=_PACKED[qm], tail=(PREFETCH_AHEAD[qm.bits],))
-
-    return bind
+    return [KernelSpec(bits, "i8", PACKED_PREFIX + tier.name,
+                       f"int8 activations, weights repacked for four rows x two blocks per step; {tier.summary}",
+                       _packed_binder(tier.name), priority=tier.priority, activations=dequantized_activations,
+                       blocks=(SUPPORTED_BLOCK,))
+            for tier in usable_tiers for bits in (8, 4, 3, 2)]
 
 
 def _register_i8() -> None:
-    """int8-activation kernels use AVX2 instructions: registered only where the CPU has them."""
-    from gemvbw import system
+    """Registered only for tiers the gate found usable: a tier's kernels are never compiled elsewhere."""
+    from gemvbw import tiers
 
-    cpu = system.describe_cpu()
-    if cpu["machine"] not in ("x86_64", "AMD64") or "avx2" not in cpu["isa"]:
-        return
-    from gemvbw.kernels.i8 import dequantized_activations, gemv_w2_i8, gemv_w3_i8, gemv_w4_i8, gemv_w8_i8
-
-    from gemvbw.kernels import i8_packed
-
-    for bits, fn in ((8, gemv_w8_i8), (4, gemv_w4_i8), (3, gemv_w3_i8), (2, gemv_w2_i8)):
-        register(KernelSpec(bits, "i8", "rows4", _describe(fn), _i8_binder(fn), priority=1,
-                            activations=dequantized_activations, blocks=(64,)))
-        packed = i8_packed.KERNELS[bits]
-        register(KernelSpec(bits, "i8", "packed", _describe(packed), _packed_binder(packed), priority=2,
-                            activations=dequantized_activations, blocks=(64,)))
+    for spec in i8_specs(tiers.usable()):
+        register(spec)
 
 
 for _bits, _ref, _rows4 in ((8, gemv_w8_ref, gemv_w8_rows4), (4, gemv_w4_ref, gemv_w4_rows4),
@@ -170,11 +204,46 @@ for _bits, _ref, _rows4 in ((8, gemv_w8_ref, gemv_w8_rows4), (4, gemv_w4_ref, ge
 _register_i8()
 
 
+def int8_unavailable(bits: int, block: int) -> str | None:
+    """Why no int8 kernel runs for this width and block here, or None when one does."""
+    found = variants(bits, "i8")
+    if not found:
+        from gemvbw import tiers
+
+        rep = tiers.report()
+        why = "; ".join(f"{s.tier.name}: {s.reason}" for s in rep.statuses) or f"none for {rep.arch}"
+        return f"no int8 tier for this CPU ({why})"
+    blocks = sorted({b for s in found for b in (s.blocks or ())})
+    if blocks and block not in blocks:
+        return f"the int8 kernels take blocks of {', '.join(map(str, blocks))}, not {block}"
+    return None
+
+
+def acts_for(bits: int, block: int, act: str, kernel: str = "auto") -> list[tuple[str, str]]:
+    """The activation types a width runs with, each with why: --act auto takes int8 where an int8 kernel
+    exists for this CPU, width and block, f32 otherwise; with --kernel all, f32 and int8 both."""
+    if act != "auto":
+        return [(act, f"--act {act}")]
+    missing = int8_unavailable(bits, block)
+    if missing is not None:
+        return [("f32", f"f32 activations: {missing}")]
+    i8 = (f"int8 activations: {variants(bits, 'i8')[0].variant.removeprefix(PACKED_PREFIX)} "
+          "kernels exist for this CPU and block")
+    if kernel == "all":
+        return [("f32", "f32 activations (--kernel all: every variant)"), ("i8", i8)]
+    if kernel != "auto" and kernel not in variant_names("i8"):
+        return [("f32", f"f32 activations: --kernel {kernel} is an f32 variant")]
+    return [("i8", i8)]
+
+
 def gemv(qm: QuantizedMatrix, x: np.ndarray, variant: str = "auto", act: str = "f32") -> np.ndarray:
     """y = W x for a packed matrix and a float32 activation vector of length K.
 
-    act="i8" quantizes x per block to int8 inside the kernel (x86 with AVX2, block 64).
+    act="i8" quantizes x per block to int8 inside the kernel (where a tier exists for this CPU, block 64);
+    act="auto" does so where it can and keeps x float32 otherwise.
     """
+    if act == "auto":
+        act = acts_for(qm.bits, qm.block, "auto", variant)[0][0]
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.shape != (qm.K,):
         raise ValueError(f"x must have shape ({qm.K},), got {x.shape}")

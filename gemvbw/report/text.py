@@ -15,7 +15,7 @@ EXPLANATIONS = [
     "eff GB/s = logical bytes / us/iter; %peak against memcpy (MNN's roofline, read+write counted), "
     "%read against the read-only roofline; GFLOPS = 2*M*K / us/iter; AI = 2 / bytes/elem.",
     "Every kernel was checked against a float64 numpy reference before timing; rows without figures failed. "
-    "With --act i8 the reference uses the same int8-quantized activations, and what quantizing x itself "
+    "With int8 activations the reference uses the same int8-quantized x, and what quantizing x itself "
     "costs is shown apart (act err).",
 ]
 
@@ -39,7 +39,16 @@ def header_lines(record: SweepRecord) -> list[str]:
         f"numba {sysinfo.get('numba')} ({sysinfo.get('threading_layer')}), python {sysinfo.get('python')}",
         f"flush: {s['flush_mib']} MiB before each call" + (" (warm cache)" if not s["flush_mib"] else "")
         + f"; metadata {META_NAMES[s['meta_bytes']]}; act {s['act']}; kernel {s['kernel']}; seed {s['seed']}",
-    ]
+    ] + act_lines(record)
+
+
+def act_lines(record: SweepRecord) -> list[str]:
+    """Which activations each width runs with, and why: 'act: w8 w4 int8 (...)', widths grouped."""
+    groups: dict[str, list[str]] = {}
+    for width, choices in record.act_choice.items():
+        for c in choices:
+            groups.setdefault(c["why"], []).append(width)
+    return [f"act: {' '.join(widths)}: {why}" for why, widths in groups.items()]
 
 
 def cluster_words(index: int, c: dict) -> str:

@@ -1,0 +1,363 @@
+"""The int8-activation kernels: one skeleton and each width's unpacking, written once for every tier.
+
+A kernel runs on weights repacked once, when it is bound to a matrix (untimed, as MNN and
+llama.cpp repack a model when they load it), so that a group of four rows reads two
+sequential streams, block pair after block pair:
+
+- codes: each row's bytes of blocks 2q and 2q+1, ordered so that every load is a full vector
+  of the tier and each vector holds half its bytes from block 2q and half from block 2q+1
+  (the products of each half then sum into int32 lanes of one block);
+- metadata: that pair's eight scales then eight offsets, [4 rows x block 2q | 4 rows x block
+  2q+1], in their stored type (fp16 is converted in the kernel, 8 lanes at once).
+
+The bytes are exactly those of the packed matrix, reordered (w3's high-plane bits regrouped
+so each vector lane finds its bits by one test; w8 codes stored as c - 128 where the tier
+multiplies signed codes); blocks left over (an odd last full block, a shorter last block) and
+the last M % 4 rows are read from the matrix as stored, by the width's f32 loop.
+
+Per block pair and row group, one intrinsic (:func:`_block_pair`) unpacks the four rows'
+codes, takes the tier's integer dot products against the activations (quantized per block and
+permuted once per call, see gemvbw.kernels.activations), reduces them to eight int32 sums,
+and adds ``isum * scale * d + offset * d * sum(xq)`` to eight float accumulators.
+
+The tier and width are compile-time parameters: the kernel's first argument is a
+:class:`KernelTag`, whose numba type carries them, so each (tier, width) compiles to its own
+machine code with no branch left at run time, and numba caches each under its own signature.
+The type's name also carries a fingerprint of the kernels' sources, because numba's cache
+would otherwise keep code compiled from an older version of a primitive in another file.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import (NativeValue, intrinsic, models, overload, register_model, typeof_impl,
+                             unbox)
+
+from gemvbw.kernels import FINGERPRINT
+from gemvbw.kernels import w2 as _w2
+from gemvbw.kernels import w3 as _w3
+from gemvbw.kernels import w4 as _w4
+from gemvbw.kernels import w8 as _w8
+from gemvbw.kernels._common import FASTMATH, ROWS, load_meta, row_chunks
+from gemvbw.kernels.activations import SUPPORTED_BLOCK, permuted_activations, quantize_activations
+from gemvbw.kernels.isa import PRIMITIVES
+from gemvbw.kernels.isa.common import I8, I32, V8F, const, load, meta8, off, prefetch, ptr, splat, vec
+
+# code bytes of one row's block pair (two blocks of 64)
+PAIR_BYTES = {8: 128, 4: 64, 3: 48, 2: 32}
+
+
+# --- the compile-time tag -------------------------------------------------------------------------
+
+class KernelTag:
+    """Which tier and width a call of :func:`gemv_packed` compiles for (its numba type carries both)."""
+
+    def __init__(self, tier: str, bits: int):
+        if tier not in PRIMITIVES or bits not in PAIR_BYTES:
+            raise ValueError(f"no packed kernel for tier {tier!r}, w{bits}")
+        self.tier, self.bits = tier, bits
+
+
+class KernelTagType(types.Type):
+    def __init__(self, tier: str, bits: int):
+        self.tier, self.bits = tier, bits
+        super().__init__(name=f"KernelTag({tier},w{bits},{FINGERPRINT})")
+
+
+@typeof_impl.register(KernelTag)
+def _typeof_tag(val, c):
+    return KernelTagType(val.tier, val.bits)
+
+
+register_model(KernelTagType)(models.OpaqueModel)
+
+
+@unbox(KernelTagType)
+def _unbox_tag(typ, obj, c):
+    return NativeValue(c.context.get_dummy_value())  # nothing to pass at run time: the type is the value
+
+
+# --- layout: which stored byte goes where, per tier vector size -----------------------------------
+# A vector of V bytes holds H = V/2 bytes of block 2q then H of block 2q+1; vector c of a row's pair
+# takes bytes c*H .. c*H+H-1 of each block's codes (of its low plane, for w3).
+
+def pair_order(bits: int, V: int) -> np.ndarray:
+    """order[j]: the byte of a row's two stored blocks (block 2q's bytes, then 2q+1's) that goes to byte j
+    of its repacked pair. For w3, the 16 high-plane bytes follow the 32 low-plane ones as stored (they
+    are then re-bitted, see w3_high_table)."""
+    H = V // 2
+    block_bytes = {8: 64, 4: 32, 3: 24, 2: 16}[bits]
+    plane = {8: 64, 4: 32, 3: 16, 2: 16}[bits]  # bytes per block that the vectors tile
+    out = [(l // H) * block_bytes + c * H + l % H for c in range(2 * plane // V) for l in range(V)]
+    if bits == 3:
+        out += [h * 24 + 16 + m for h in range(2) for m in range(8)]
+    return np.array(out, np.int64)
+
+
+def act_order(bits: int, V: int) -> np.ndarray:
+    """The first position (in a block) of each activation vector of a pair, in the order the kernel
+    multiplies them: one per code vector of w8, per nibble half of w4, per 2-bit field of w2 and w3."""
+    H = V // 2
+    if bits == 8:
+        starts = [c * H for c in range(128 // V)]
+    elif bits == 4:
+        starts = [s for c in range(64 // V) for s in (c * H, 32 + c * H)]
+    else:
+        starts = [16 * p + c * H for c in range(32 // V) for p in range(4)]
+    return np.array(starts, np.int64)
+
+
+def w3_high_table(V: int) -> np.ndarray:
+    """table[j, t]: for bit t of repacked high-plane byte j, the bit (8 * byte + bit) of the pair's 16
+    stored high-plane bytes it takes, or -1. Stored: bit i of byte j of a block is position 8i + j.
+    Repacked: a V-lane vector of the pair's high bits, 128 // V bits per lane, lane l's bit for tile
+    t = 4c + p (c its code vector, p its 2-bit field) being the high bit of position 16p + c*H + l % H of
+    block l // H; for V = 32, two lanes share a byte (l and l + 16: the kernel shifts the upper half)."""
+    H = V // 2
+    per_lane = 128 // V
+    table = np.full((16, 8), -1, np.int64)
+    for j in range(16):
+        for t in range(8):
+            lane = j + 16 * (t // per_lane)
+            tile = t % per_lane
+            c, p = tile // 4, tile % 4
+            pos = 16 * p + c * H + lane % H
+            h = lane // H
+            table[j, t] = 8 * (8 * h + pos % 8) + pos // 8
+    return table
+
+
+@njit(parallel=True, cache=True)
+def repack(codes, scale, offset, order, high, npairs, bits, flip):
+    """(codes, metadata) of the first 2*npairs blocks, row group by row group, block pair by block pair.
+    flip: XOR every code byte with 0x80 (w8 stored as c - 128)."""
+    groups = codes.shape[0] // ROWS
+    pair_bytes = order.shape[0]
+    pc = np.empty(groups * npairs * ROWS * pair_bytes, np.uint8)
+    pm = np.empty(groups * npairs * 16, scale.dtype)
+    for g in prange(groups):
+        stored = np.empty(16, np.uint8)
+        for q in range(npairs):
+            k = g * npairs + q
+            for i in range(ROWS):
+                row = codes[g * ROWS + i]
+                dst = pc[(k * ROWS + i) * pair_bytes:(k * ROWS + i + 1) * pair_bytes]
+                for j in range(pair_bytes):
+                    dst[j] = row[q * pair_bytes + order[j]]
+                if bits == 3:  # regroup the high-plane bits for the kernel's lanes
+                    for j in range(16):
+                        stored[j] = dst[32 + j]
+                    for j in range(16):
+                        v = 0
+                        for t in range(8):
+                            src = high[j, t]
+                            if src >= 0:
+                                v |= ((np.int64(stored[src // 8]) >> (src % 8)) & 1) << t
+                        dst[32 + j] = v
+                if flip:
+                    for j in range(pair_bytes):
+                        dst[j] ^= np.uint8(0x80)
+            for h in range(2):
+                for i in range(ROWS):
+                    pm[k * 16 + 4 * h + i] = scale[g * ROWS + i, 2 * q + h]
+                    pm[k * 16 + 8 + 4 * h + i] = offset[g * ROWS + i, 2 * q + h]
+    return pc, pm
+
+
+def w8_bias(tier: str) -> int:
+    """What is subtracted from w8 codes at repacking for this tier's dot product (128 or 0)."""
+    return 128 if PRIMITIVES[tier].w8_codes == "s8" else 0
+
+
+def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, tier: str):
+    """The repacked (codes, metadata, block pairs) of a matrix for a tier: done once, when a kernel is bound."""
+    V = PRIMITIVES[tier].vector_bytes
+    npairs = (K // SUPPORTED_BLOCK) // 2
+    high = w3_high_table(V) if bits == 3 else np.full((16, 8), -1, np.int64)
+    pc, pm = repack(codes, scale, offset, pair_order(bits, V), high, npairs, bits, bits == 8 and w8_bias(tier) != 0)
+    return pc, pm, npairs
+
+
+# --- each width's unpacking, against the tier's dot product -----------------------------------------
+
+def _row_isum(prim, bits, context, builder, pcty, pc, row_ofs, acts):
+    """One row's block-pair partial sums (<V/4 x i32>; lanes of block 2q, then of 2q+1)."""
+    V = prim.vector_bytes
+    VT = vec(I8, V)
+
+    def chunk(byte, vty=VT):
+        return load(context, builder, pcty, pc, off(builder, row_ofs, byte), vty)
+
+    def field(v, p):  # the 2-bit field p of every byte (LLVM drops the mask of the top field)
+        return builder.and_(builder.lshr(v, splat(VT, 2 * p)), splat(VT, 3))
+
+    if bits == 8:
+        terms = [(chunk(c * V), acts[c]) for c in range(128 // V)]
+        return prim.dot(builder, terms, None if prim.w8_codes == "s8" else 255)
+    if bits == 4:
+        terms = []
+        for c in range(64 // V):
+            v = chunk(c * V)
+            terms += [(builder.and_(v, splat(VT, 15)), acts[2 * c]), (builder.lshr(v, splat(VT, 4)), acts[2 * c + 1])]
+        return prim.dot(builder, terms, 15)
+    if bits == 2:
+        terms = [(field(v, p), acts[4 * c + p]) for c in range(32 // V) for v in [chunk(c * V)] for p in range(4)]
+        return prim.dot(builder, terms, 3)
+    # w3: the 2-bit low field, plus 4 times the high bit
+    lows = [(c, p, field(v, p)) for c in range(32 // V) for v in [chunk(c * V)] for p in range(4)]
+    high16 = chunk(32, vec(I8, 16))
+    if prim.signed_codes:
+        # the high bit as a term of its own, -1 where set (a compare yields all ones): one test per tile
+        # instead of a shift, a mask and an or; sum(q x) = sum(low x) - 4 sum(term x)
+        assert V == 16
+        lo = prim.dot(builder, [(f, acts[4 * c + p]) for c, p, f in lows], 3)
+        masks = [splat(VT, 1 << (4 * c + p)) for c, p, _ in lows]
+        terms = [(builder.sext(builder.icmp_unsigned("!=", builder.and_(high16, m), splat(VT, 0)), VT), acts[4 * c + p])
+                 for (c, p, _), m in zip(lows, masks)]
+        hi = prim.dot(builder, terms, 1)
+        return builder.sub(lo, builder.shl(hi, ir.Constant(hi.type, [2] * hi.type.count)))
+    # unsigned codes (x86): the high bits loaded into both 16-byte halves, the upper half shifted by 4, so
+    # every lane finds field p's high bit at bit p; moved to bit 2 and or-ed onto the field
+    assert V == 32
+    both = builder.shuffle_vector(high16, high16, ir.Constant(vec(I32, 32), list(range(16)) * 2))
+    v8 = vec(I32, 8)
+    high = builder.bitcast(builder.lshr(builder.bitcast(both, v8), ir.Constant(v8, [0] * 4 + [4] * 4)), VT)
+    terms = []
+    for c, p, f in lows:
+        moved = builder.shl(high, splat(VT, 2 - p)) if p < 2 else (
+            high if p == 2 else builder.lshr(high, splat(VT, 1)))
+        terms.append((builder.or_(f, builder.and_(moved, splat(VT, 4))), acts[4 * c + p]))
+    return prim.dot(builder, terms, 7)
+
+
+@intrinsic
+def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
+    """acc[0:8] += isum * scale * d + offset * d * sum(xq) for block pair q of row group pair-index k,
+    lanes [4 rows of block 2q | 4 rows of block 2q+1]."""
+    if not isinstance(tag, KernelTagType):
+        return None
+    sig = types.none(tag, pc, k, pm, acts, q, dd, xss, acc)
+
+    def codegen(context, builder, sig, args):
+        ttag, pcty, _, pmty, aty, _, ddty, xsty, accty = sig.args
+        _, pcv, kv, pmv, av, qv, ddv, xsv, accv = args
+        prim, bits = PRIMITIVES[ttag.tier], ttag.bits
+        V = prim.vector_bytes
+        row_bytes = PAIR_BYTES[bits]
+        kv = context.cast(builder, kv, sig.args[2], types.intp)
+        qv = context.cast(builder, qv, sig.args[5], types.intp)
+        cofs = builder.mul(kv, ir.Constant(kv.type, ROWS * row_bytes))
+        ahead = prim.prefetch_ahead[bits]
+        if ahead:
+            prefetch(context, builder, pcty, pcv, off(builder, cofs, ahead), ROWS * row_bytes)
+        aofs = builder.mul(qv, ir.Constant(qv.type, 2 * SUPPORTED_BLOCK))
+        a = [load(context, builder, aty, av, off(builder, aofs, V * p), vec(I8, V))  # loaded once for four rows
+             for p in range(2 * SUPPORTED_BLOCK // V)]
+        parts = [_row_isum(prim, bits, context, builder, pcty, pcv, off(builder, cofs, row_bytes * i), a)
+                 for i in range(ROWS)]
+        isum = prim.reduce4(builder, parts)
+        # the factors are loaded after the reduction: loaded before it, LLVM's schedule had one more
+        # instruction in the AVX2 loops
+        mofs = builder.mul(kv, ir.Constant(kv.type, 16))
+        s = meta8(context, builder, pmty, pmv, mofs)
+        o = meta8(context, builder, pmty, pmv, off(builder, mofs, 8))
+        if bits == 8 and prim.w8_codes == "s8":  # codes stored as c - 128: sum(c x) = sum((c - 128) x) + 128 sum(x)
+            o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [128.0] * 8)))
+        lanes = builder.mul(qv, ir.Constant(qv.type, 8))
+        d = builder.load(ptr(context, builder, ddty, ddv, lanes, V8F), align=4)
+        x = builder.load(ptr(context, builder, xsty, xsv, lanes, V8F), align=4)
+        total = builder.fadd(builder.fmul(builder.sitofp(isum, V8F), builder.fmul(s, d)), builder.fmul(o, x))
+        accp = ptr(context, builder, accty, accv, const(0, kv.type), V8F)
+        builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# --- what is read as stored: the f32 loop of the width ---------------------------------------------
+
+_F32_LOOPS = {8: _w8, 4: _w4, 3: _w3, 2: _w2}
+
+
+def _leftover_dot(tag, row, x, b, block):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_leftover_dot)
+def _leftover_dot_impl(tag, row, x, b, block):
+    dot_block = _F32_LOOPS[tag.bits]._dot_block
+    return lambda tag, row, x, b, block: dot_block(row, x, b, block)
+
+
+def _row_ref(tag, codes, scale, offset, x, xsum, block, r):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_row_ref)
+def _row_ref_impl(tag, codes, scale, offset, x, xsum, block, r):
+    row_ref = _F32_LOOPS[tag.bits]._row_ref
+    return lambda tag, codes, scale, offset, x, xsum, block, r: row_ref(codes, scale, offset, x, xsum, block, r)
+
+
+# --- the skeleton ---------------------------------------------------------------------------------
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def gemv_packed(tag, pc, pm, npairs, order, half, codes, scale, offset, x, block, y, chunks):
+    """int8 activations on the repacked layout: four rows per step, two blocks per intrinsic call, the
+    tier's integer dot products. Blocks of 64 only."""
+    M = codes.shape[0]
+    nb = scale.shape[1]
+    xq, d, xs, xdq = quantize_activations(x, block, nb)
+    acts, dd, xss = permuted_activations(xq, d, xs, npairs, order, half)
+    groups = M // ROWS
+    nchunks, per = row_chunks(groups, chunks)
+    for c in prange(nchunks):
+        acc = np.zeros(8, np.float32)
+        for g in range(c * per, min(groups, (c + 1) * per)):
+            acc[:] = 0
+            for q in range(npairs):
+                _block_pair(tag, pc, g * npairs + q, pm, acts, q, dd, xss, acc)
+            r = g * ROWS
+            for i in range(ROWS):
+                a = acc[i] + acc[4 + i]
+                for b in range(2 * npairs, nb):  # an odd last full block, a shorter last block
+                    a += load_meta(scale, r + i, b) * _leftover_dot(tag, codes[r + i], xdq, b, block) \
+                        + load_meta(offset, r + i, b) * xs[b]
+                y[r + i] = a
+    for r in range(groups * ROWS, M):
+        y[r] = _row_ref(tag, codes, scale, offset, xdq, xs, block, r)
+
+
+# repacked copies, kept while their matrix lives, one per layout (a matrix's arrays are not changed once
+# it is bound: the copy would go stale). Tiers with the same vector size and w8 storage share one.
+_PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def bind(tier: str, qm, chunks: int):
+    """run(x, y) of the tier's kernel for ``qm`` (repacked now, untimed; block 64 only)."""
+    if qm.block != SUPPORTED_BLOCK:
+        raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
+    prim = PRIMITIVES[tier]
+    layout = (prim.vector_bytes, w8_bias(tier) if qm.bits == 8 else 0)
+    copies = _PACKED.setdefault(qm, {})
+    if layout not in copies:  # verification, calibration and the timed run share one copy
+        copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
+    pc, pm, npairs = copies[layout]
+    tag = KernelTag(tier, qm.bits)
+    order = act_order(qm.bits, prim.vector_bytes)
+    half = prim.vector_bytes // 2
+    codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
+    from gemvbw.kernels import check_xy, compiled, typed_like
+
+    x0, y0 = typed_like(qm)
+    call = compiled(gemv_packed, tag, pc, pm, npairs, order, half, codes, scale, offset, x0, block, y0, chunks)
+
+    def run(x: np.ndarray, y: np.ndarray) -> None:
+        check_xy(x, y)
+        call(tag, pc, pm, npairs, order, half, codes, scale, offset, x, block, y, chunks)
+
+    return run

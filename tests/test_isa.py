@@ -1,0 +1,247 @@
+"""The ISA layer: CPU features, numba's compiler target, the gate, and every tier's code.
+
+A tier is run and checked exact in tests/test_kernels.py wherever this machine has it. Here:
+the gate decided from pretended CPU flags and targets (so every refusal is tested on any
+machine); the HWCAP and auxv parsing; the LLVM probe; and, for tiers this machine lacks,
+compile-only checks in a subprocess told another CPU (the code is never called).
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gemvbw import kernels, system, tiers
+from gemvbw.kernels import packed
+
+ARCH = tiers.arch_of(platform.machine())
+
+
+def target(cpu="somecpu", features="", cpu_source="LLVM's host detection", features_source="LLVM's host detection"):
+    return tiers.Target("triple", cpu, features, cpu_source, features_source, tiers.parse_features(features))
+
+
+def by_name(name):
+    return next(t for t in tiers.TIERS if t.name == name)
+
+
+# --- the gate, from pretended facts -------------------------------------------------------------
+
+def test_tier_usable_only_when_cpu_and_target_both_have_it():
+    dotprod = by_name("neon-dotprod")
+    tgt = target("cortex-a76", "+neon,+dotprod")
+    ok = tiers.status(dotprod, ["asimd", "asimddp"], lambda f: tgt.explicit.get(f, False), tgt)
+    assert ok.usable and "asimddp" in ok.reason and "+dotprod" in ok.reason
+    no_cpu = tiers.status(dotprod, ["asimd"], lambda f: True, tgt)
+    assert not no_cpu.usable and no_cpu.reason == "this CPU lacks asimddp"
+    generic = target("generic", "+neon")
+    no_llvm = tiers.status(dotprod, ["asimd", "asimddp"], lambda f: generic.explicit.get(f, False), generic)
+    assert not no_llvm.usable
+    assert "lacks +dotprod" in no_llvm.reason and "NUMBA_CPU_NAME=<this core, e.g. cortex-a76>" in no_llvm.reason
+    unknown = tiers.status(dotprod, ["asimd", "asimddp"], lambda f: True, None)
+    assert not unknown.usable and "llvmlite is not importable" in unknown.reason
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["asimd", "asimddp", "i8mm"], ["neon-dotprod", "neon"]),  # a recent big core (i8mm: no tier uses it)
+    (["asimd", "asimddp"], ["neon-dotprod", "neon"]),  # Cortex-A55/A76 class
+    (["asimd"], ["neon"]),  # Cortex-A53/A73 class
+    ([], []),
+])
+def test_arm_tiers_follow_the_hwcaps(flags, expected):
+    tgt = target("neoverse-n2", "+neon,+dotprod,+i8mm")
+    rep = tiers.build_report("aarch64", flags, "HWCAP", tgt, has=lambda f: tgt.explicit.get(f, False))
+    assert [t.name for t in rep.usable] == expected
+    assert {s.tier.arch for s in rep.statuses} == {"aarch64"}  # x86 tiers are not even listed
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["avx2", "fma", "f16c", "avx512bw", "avx512vl", "avx512_vnni"], ["avx512vnni", "avx2"]),  # Zen 4, Ice Lake
+    (["avx2", "fma", "f16c", "avx_vnni"], ["avxvnni", "avx2"]),  # Alder Lake
+    (["avx2", "fma", "f16c", "avx512bw", "avx512vl"], ["avx2"]),  # Skylake-X: AVX-512 without VNNI
+    (["avx2", "fma", "f16c"], ["avx2"]),
+    (["fma"], []),
+])
+def test_x86_tiers_follow_the_cpu_flags(flags, expected):
+    tgt = target("any", "+avx2,+fma,+f16c,+avx512bw,+avx512vl,+avx512vnni,+avxvnni")
+    rep = tiers.build_report("x86_64", flags, "/proc/cpuinfo", tgt, has=lambda f: tgt.explicit.get(f, False))
+    assert [t.name for t in rep.usable] == expected
+
+
+def test_registry_holds_only_the_tiers_the_gate_allows():
+    # pretend this machine lacks every VNNI flag: no vnni variant may be registered, so none is compiled
+    lacking = [t for t in tiers.TIERS if t.name == "avx2"]
+    names = {s.variant for s in kernels.i8_specs(lacking)}
+    assert names == {"packed-4x2-avx2"}
+    live = {s.variant for b in (8, 4, 3, 2) for s in kernels.variants(b, "i8")}
+    assert live == {kernels.PACKED_PREFIX + t.name for t in tiers.usable()}
+
+
+def test_a_target_promising_what_the_cpu_lacks_is_unsafe_only_when_the_user_named_it():
+    named = target("cortex-a76", "", cpu_source="NUMBA_CPU_NAME")
+    rep = tiers.build_report("aarch64", ["asimd"], "HWCAP", named, has=lambda f: f in ("neon", "dotprod"))
+    assert rep.unsafe == ("dotprod",)
+    msg = tiers.unsafe_target_message(rep)
+    assert msg.startswith("NUMBA_CPU_NAME: numba would compile for cortex-a76 with +dotprod") and "SIGILL" in msg
+    detected = target("cortex-a76", "+neon,+dotprod")
+    assert tiers.build_report("aarch64", ["asimd"], "HWCAP", detected,
+                              has=lambda f: detected.explicit.get(f, False)).unsafe == ()
+    feats = target("znver4", "+avx2,+avxvnni", features_source="NUMBA_CPU_FEATURES")
+    rep = tiers.build_report("x86_64", ["avx2", "fma"], "/proc/cpuinfo", feats,
+                             has=lambda f: feats.explicit.get(f, False))
+    assert rep.unsafe == ("avxvnni",) and tiers.unsafe_target_message(rep).startswith("NUMBA_CPU_FEATURES:")
+
+
+def test_parse_features():
+    assert tiers.parse_features("+neon,-sve, +dotprod,,x") == {"neon": True, "sve": False, "dotprod": True}
+
+
+def test_numba_target_reads_the_variables_as_numba_does():
+    t = tiers.numba_target({"NUMBA_CPU_NAME": "generic"})
+    assert (t.cpu, t.features, t.cpu_source) == ("generic", "", "NUMBA_CPU_NAME")  # numba's own default
+    t = tiers.numba_target({"NUMBA_CPU_NAME": "cortex-a76", "NUMBA_CPU_FEATURES": "+dotprod"})
+    assert t.explicit == {"dotprod": True} and t.features_source == "NUMBA_CPU_FEATURES"
+    t = tiers.numba_target({"NUMBA_ENABLE_AVX": "0"})
+    assert not any(v for k, v in t.explicit.items() if k.startswith("avx"))
+
+
+# --- the CPU side: HWCAPs, auxv, emulation -----------------------------------------------------
+
+def test_hwcap_bits_are_named_as_proc_cpuinfo_names_them():
+    hwcap = (1 << 1) | (1 << 20) | (1 << 10)  # asimd, asimddp, asimdhp
+    assert system.hwcap_names(hwcap, 1 << 13) == {"asimd", "asimddp", "asimdhp", "i8mm"}
+    assert system.hwcap_names(1 << 1, 0) == {"asimd"}
+
+
+def test_auxv_is_parsed_up_to_at_null():
+    word = 8
+    pairs = [(6, 4096), (16, 0x100002), (26, 1 << 13), (0, 0), (16, 99)]
+    raw = b"".join(k.to_bytes(word, sys.byteorder) + v.to_bytes(word, sys.byteorder) for k, v in pairs)
+    assert system.parse_auxv(raw) == {6: 4096, 16: 0x100002, 26: 1 << 13}
+
+
+def test_arm_features_come_from_the_hwcaps_when_given():
+    sections = [{"Features": "fp asimd"}]
+    assert system.isa_features(sections, "aarch64", {"asimd", "asimddp", "i8mm"}) == ["asimd", "asimddp", "i8mm"]
+    assert system.isa_features(sections, "aarch64") == ["asimd"]  # the fallback: the Features line
+
+
+def test_qemu_user_mode_is_recognised():
+    x86_cpuinfo = [{"processor": "0", "flags": "fpu avx2"}]
+    assert system.emulation(x86_cpuinfo, "aarch64").startswith("QEMU user mode")
+    assert system.emulation([{"Features": "fp asimd"}], "aarch64") is None
+    assert system.emulation(x86_cpuinfo, "x86_64") is None
+
+
+@pytest.mark.skipif(ARCH != "aarch64" or not sys.platform.startswith("linux"), reason="reads this aarch64 CPU's HWCAPs")
+def test_this_cpus_hwcaps_are_read():
+    caps = system.arm_hwcaps()
+    assert caps is not None and "asimd" in caps[0] and caps[1].startswith("HWCAP")
+
+
+# --- LLVM, asked in a subprocess -------------------------------------------------------------------
+
+def test_llvm_probe_tells_a_feature_the_target_has_from_one_it_lacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMVBW_CACHE_DIR", str(tmp_path))
+    host = tiers.numba_target({})
+    if ARCH == "x86_64":
+        feature, with_it, without = "avx2", ("haswell", ""), ("x86-64", "")
+    elif ARCH == "aarch64":
+        feature, with_it, without = "dotprod", ("cortex-a76", ""), ("cortex-a53", "")
+    else:
+        pytest.skip(f"no probe for {ARCH}")
+    yes = tiers.Target(host.triple, *with_it, "test", "test")
+    no = tiers.Target(host.triple, *without, "test", "test")
+    assert tiers.probe_feature(yes, feature) is True
+    assert tiers.probe_feature(no, feature) is False  # LLVM aborted in the subprocess; this process goes on
+    cached = json.loads((tmp_path / "llvm-features.json").read_text())
+    assert sorted(cached.values()) == [False, True]
+
+
+COMPILE_ONLY = textwrap.dedent("""
+    import sys, numpy as np, numba
+    from gemvbw.kernels import packed
+    tier, bits = sys.argv[1], int(sys.argv[2])
+    prim = packed.PRIMITIVES[tier]
+    a8, a16 = np.zeros(1, np.uint8), np.zeros(1, np.uint16)
+    f32, i64 = np.zeros(1, np.float32), np.zeros(1, np.int64)
+    args = (packed.KernelTag(tier, bits), a8, a16, 1, i64, 16, np.zeros((1, 1), np.uint8),
+            np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
+    sig = tuple(packed.gemv_packed.typeof_pyval(a) for a in args)
+    packed.gemv_packed.compile(sig)  # compiled for the CPU numba was told; never called
+    asm = packed.gemv_packed.inspect_asm(sig)
+    lines = [" ".join(l.split()) for l in asm.splitlines()]
+    print(sum(1 for l in lines if l.split() and not l.startswith(".")))
+    for pattern in sys.argv[3:]:
+        print(pattern, sum(1 for l in lines if __import__("re").search(pattern, l)))
+""")
+
+# tier -> (a CPU name whose LLVM model has it, patterns that must appear in its code, patterns that must not)
+FOREIGN = {
+    "avx512vnni": ("znver4", [r"^vpdpbusd .*ymm"], [r"\{vex\}", r"vpmaddubsw"]),
+    "avxvnni": ("alderlake", [r"^\{vex\} vpdpbusd"], [r"zmm", r"vpmaddubsw"]),
+    "avx2": ("haswell", [r"^vpmaddubsw", r"^vpmaddwd"], [r"vpdpbusd", r"zmm"]),
+    "neon-dotprod": ("cortex-a76", [r"^sdot"], [r"smull"]),
+    "neon": ("cortex-a53", [r"^smull", r"sadalp"], [r"sdot"]),
+}
+
+
+@pytest.mark.parametrize("bits", [8, 3])
+@pytest.mark.parametrize("tier", sorted(FOREIGN))
+def test_every_tier_compiles_to_its_instructions(tier, bits, tmp_path):
+    """Run for the tiers of this architecture; for one this machine lacks, the code is only compiled."""
+    if by_name(tier).arch != ARCH:
+        pytest.skip(f"{tier} is an {by_name(tier).arch} tier; numba here targets {ARCH} only")
+    cpu, present, absent = FOREIGN[tier]
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", COMPILE_ONLY, tier, str(bits), *present, *absent],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()[1:])
+    for pattern in present:
+        assert int(counts[pattern]) > 0, f"{tier} for {cpu}: no {pattern} in its code"
+    for pattern in absent:
+        assert int(counts[pattern]) == 0, f"{tier} for {cpu}: {pattern} in its code"
+
+
+def test_sweep_refuses_a_numba_target_this_cpu_cannot_run(tmp_path):
+    """NUMBA_CPU_NAME naming a CPU with features this one lacks: a clear exit 2 before anything compiles."""
+    here = set(system.describe_cpu()["isa"])
+    names = {"x86_64": [("sapphirerapids", "avx512_vnni"), ("alderlake", "avx_vnni"), ("haswell", "avx2")],
+             "aarch64": [("neoverse-n2", "i8mm"), ("cortex-a76", "asimddp")]}.get(ARCH, [])
+    foreign = next((cpu for cpu, flag in names if flag not in here), None)
+    if foreign is None:
+        pytest.skip("this CPU has every feature of the CPUs the test can name")
+    env = {**os.environ, "NUMBA_CPU_NAME": foreign, "NUMBA_CPU_FEATURES": "", "GEMVBW_CACHE_DIR": str(tmp_path),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    done = subprocess.run([sys.executable, "-m", "gemvbw", "sweep", "--M", "8", "--K", "64", "--iters", "1",
+                           "--reps", "1"], capture_output=True, text=True, env=env, timeout=1800)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith(f"Error: NUMBA_CPU_NAME: numba would compile for {foreign} with +")
+    assert "SIGILL" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_info_names_the_tiers(tmp_path):
+    from click.testing import CliRunner
+
+    from gemvbw.cli import main
+
+    res = CliRunner().invoke(main, ["info"])
+    assert res.exit_code == 0, res.output
+    usable = [t.name for t in tiers.usable()]
+    line = next(l for l in res.output.splitlines() if l.startswith("int8 tiers:"))
+    if usable:
+        assert line.startswith(f"int8 tiers: packed-4x2-{usable[0]}")
+        assert all(f"packed-4x2-{n}" in line for n in usable)
+    else:
+        assert "none usable here" in line
+    for s in tiers.report().statuses:
+        if not s.usable:
+            assert f"  packed-4x2-{s.tier.name}: not usable: {s.reason}" in res.output
+    doc = json.loads(CliRunner().invoke(main, ["info", "--format", "json"]).stdout)
+    assert [t["name"] for t in doc["tiers"]["tiers"] if t["usable"]] == usable
