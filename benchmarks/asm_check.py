@@ -1,25 +1,29 @@
 """Check the machine code numba generates for every kernel variant, without timing anything.
 
-For each registered variant this compiles a fresh copy (cache off: a function loaded
-from numba's cache has no assembly to show), finds its innermost vectorized loops,
-and counts what matters for speed:
+For each registered variant (the f32 loops and every int8 tier this CPU and numba's target can
+run) this compiles a fresh copy (cache off: a function loaded from numba's cache has no
+assembly to show), finds its hot loop and counts what matters for speed:
 
-- ymm/zmm instructions (8/16-lane AVX2/AVX-512 work) versus xmm-only scalar math;
-- int64 widening (vpmovzxbq, vcvtsi2ss/sd): numba's default integer typing leaking
-  into the hot loop, 4 lanes or scalar instead of 8;
-- vinsertps/vpinsr* gathers: the pattern numba emits when a negative-index check
-  defeats vectorization;
-- instructions per weight in the hot loop of the int8 kernels (weights per iteration
-  counted from its multiply-adds: 32 per vpmaddubsw, else 16 per vpmaddwd).
+- the int8 kernels' hot loop is the one with the tier's dot-product instructions (vpmaddubsw,
+  vpdpbusd, sdot, smull); its instructions per weight count one block pair of four rows (512
+  weights) per fp16 metadata conversion in the loop (vcvtph2ps / fcvtl2: two per pair);
+- the f32 loops' hot loop is the one with the most FMAs;
+- scalar fallbacks in the hot loop: int64 widening and scalar converts (vpmovzxbq, vcvtsi2ss) or
+  inserts (vinsertps, vpinsr*) on x86, byte/half loads and lane inserts on aarch64 (ldrb, ldrsb,
+  ldrh, ins, mov v.b[]) — the patterns numba leaves when a loop did not vectorize.
 
-Usage:  python benchmarks/asm_check.py [--bits 8,4,3,2] [--show]
-Exit 1 if a variant other than 'ref' has int64 widening or gathers in its hottest loop,
-so a vectorization regression is visible without a benchmark.
+Runs on x86-64 and on aarch64 (on a phone, or in the emulated userland of .ci/arm64).
+
+Usage:  python benchmarks/asm_check.py [--bits 8,4,3,2] [--show] [--json PATH]
+Exit 1 if a variant other than 'ref' has a scalar fallback in its hot loop, or an int8 tier's loop
+lacks its dot product, so a vectorization regression is visible without a benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import re
 import sys
 from collections import Counter
@@ -27,34 +31,44 @@ from collections import Counter
 import numba
 import numpy as np
 
-from gemvbw import kernels
+from gemvbw import kernels, tiers
+from gemvbw.kernels import packed
 from gemvbw.quant import random_activations, random_quantized
 
-BAD = ("vpmovzxbq", "vcvtsi2ss", "vcvtsi2sd", "vinsertps", "vpinsrb", "vpinsrw", "vpinsrd", "vpinsrq")
+ARM = platform.machine() in ("aarch64", "arm64")
+DOTS = ("sdot", "smmla", "smull", "smull2") if ARM else ("vpmaddubsw", "vpdpbusd", "vpmaddwd", "vpdpwssd")
+FMA = re.compile(r"^(fmla|fmadd)") if ARM else re.compile(r"^vf(n)?madd")
+LOADS = re.compile(r"^(ldr\s+q|ldp\s+q|ld1)") if ARM else re.compile(r"^(vmovdqu|vmovups|vbroadcast|vpbroadcast)")
+PAIR_MARK = re.compile(r"^fcvtl2\b") if ARM else re.compile(r"^vcvtph2ps\b")  # two per block pair (fp16 meta)
+BAD = (re.compile(r"^(ldrb|ldrsb|ldrh|ldrsh|ins)\b|^mov\s+v\d+\.b\[") if ARM else
+       re.compile(r"^(vpmovzxbq|vcvtsi2ss|vcvtsi2sd|vinsertps|vpinsrb|vpinsrw|vpinsrd|vpinsrq)\b"))
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.split())
 
 
 def fresh_asm(spec: kernels.KernelSpec) -> str:
     """Compile the variant's numba function again with cache off and return its assembly."""
-    qm = random_quantized(64, 1024, bits=spec.bits, block=64)
+    qm = random_quantized(64, 1024, bits=spec.bits, block=64, meta_bytes=2)
     x = random_activations(1024)
     y = np.zeros(64, np.float32)
-    run = spec.bind(qm)
-    fn = run.__closure__ and next(c.cell_contents for c in run.__closure__
-                                   if isinstance(c.cell_contents, numba.core.registry.CPUDispatcher))
+    if spec.variant.startswith(kernels.PACKED_PREFIX):
+        tier = spec.variant.removeprefix(kernels.PACKED_PREFIX)
+        fn = packed.gemv_packed
+        prim = packed.PRIMITIVES[tier]
+        pc, pm, npairs = packed.pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, qm.K, tier)
+        args = (packed.KernelTag(tier, spec.bits), pc, pm, npairs, packed.act_order(spec.bits, prim.vector_bytes),
+                prim.vector_bytes // 2, qm.codes, qm.scale_raw, qm.offset_raw, x, 64, y, 8)
+    else:
+        from gemvbw.kernels import w2, w3, w4, w8
+
+        module = {8: w8, 4: w4, 3: w3, 2: w2}[spec.bits]
+        fn = getattr(module, f"gemv_w{spec.bits}_{spec.variant}")
+        args = (qm.codes, qm.scale_raw, qm.offset_raw, x, 64, y) + ((8,) if spec.variant != "ref" else ())
     fresh = numba.njit(parallel=fn.targetoptions.get("parallel", False),
                        fastmath=fn.targetoptions.get("fastmath", False), cache=False)(fn.py_func)
-    args = [a.cell_contents for a in run.__closure__ if not isinstance(a.cell_contents, numba.core.registry.CPUDispatcher)]
-    # the binder closes over (codes, scale, offset, block[, chunks]) in that order; rebuild the call
-    params = {"codes": qm.codes, "scale": qm.scale_raw, "offset": qm.offset_raw, "x": x, "block": qm.block, "y": y,
-              "chunks": 8, "bits": spec.bits}
-    names = fn.py_func.__code__.co_varnames[: fn.py_func.__code__.co_argcount]
-    if "pc" in names:  # a kernel on a repacked layout
-        from gemvbw.kernels.i8_packed import PREFETCH_AHEAD, pack
-
-        params["pc"], params["pm"], params["npairs"] = pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, qm.K)
-        params["ahead"] = PREFETCH_AHEAD[spec.bits]
-    fresh(*[params[n] for n in names])
-    del args
+    fresh(*args)
     return fresh.inspect_asm(fresh.signatures[0])
 
 
@@ -63,45 +77,46 @@ def loops(asm: str):
     lines = asm.splitlines()
     labels = {l.strip()[:-1]: i for i, l in enumerate(lines) if re.match(r"^\.?L\w+:$", l.strip())}
     spans = []
+    branch = re.compile(r"\s+(?:j\w+|b\.?[a-z]{2}|b|cbnz|cbz|tbnz|tbz)\s+(?:[\w#]+,\s*)*(\.?L\w+)\s*$")
     for i, line in enumerate(lines):
-        m = re.match(r"\s+j\w+\s+(\.?L\w+)", line)
+        m = branch.match(line)
         if m and m.group(1) in labels and labels[m.group(1)] < i:
             spans.append((m.group(1), labels[m.group(1)], i))
     found = []
     for label, start, end in spans:
-        if any(start < s2 <= e2 < end or (start < s2 and e2 < end) for _, s2, e2 in spans if (s2, e2) != (start, end)):
+        if any(start < s2 and e2 < end for _, s2, e2 in spans if (s2, e2) != (start, end)):
             continue
-        body = [l.strip() for l in lines[start:end + 1] if l.startswith("\t") and not l.strip().startswith(".")]
+        body = [_norm(l) for l in lines[start:end + 1] if l.startswith("\t") and not l.strip().startswith(".")]
         found.append((label, body))
     return found
 
 
-def analyse(asm: str) -> dict:
-    counts = Counter(l.split()[0] for l in asm.splitlines() if l.startswith("\t") and not l.strip().startswith("."))
-    vector_loops = [(label, body) for label, body in loops(asm)
-                    if any("ymm" in b or "zmm" in b for b in body) and not any(b.startswith("call") for b in body)]
-    # the hot loop: for the int8 kernels the one doing the integer multiply-adds (their leftover-block
-    # loops are f32 FMA loops), otherwise the one with the most FMAs
-    hot = max(vector_loops, key=lambda lb: (sum(b.startswith(("vpmaddubsw", "vpmaddwd")) for b in lb[1]),
-                                           sum(b.startswith("vfmadd") for b in lb[1])), default=(None, []))
+def analyse(asm: str, int8: bool) -> dict:
+    counts = Counter(_norm(l).split()[0] for l in asm.splitlines() if l.startswith("\t") and not l.strip().startswith("."))
+    candidates = [(label, body) for label, body in loops(asm) if not any(b.startswith(("call", "bl ")) for b in body)]
+
+    def n_dots(body):
+        return sum(b.split()[0] in DOTS for b in body)
+
+    def n_fma(body):
+        return sum(bool(FMA.match(b)) for b in body)
+
+    hot = max(candidates, key=(lambda lb: (n_dots(lb[1]), -len(lb[1]))) if int8 else (lambda lb: n_fma(lb[1])),
+              default=(None, []))
     label, body = hot
     ops = Counter(b.split()[0] for b in body)
-    # weights per iteration of an integer loop: each vpmaddubsw takes 32 codes; without it, each
-    # vpmaddwd takes 16 (w8); f32 loops are not counted this way
-    weights = 32 * ops.get("vpmaddubsw", 0) or 16 * ops.get("vpmaddwd", 0)
+    pairs = sum(bool(PAIR_MARK.match(b)) for b in body) / 2
+    weights = 512 * pairs if int8 else 0
     return {
         "total_instructions": sum(counts.values()),
-        "ymm": sum(1 for l in asm.splitlines() if "ymm" in l),
-        "zmm": sum(1 for l in asm.splitlines() if "zmm" in l),
         "hot_loop": label,
         "hot_len": len(body),
-        "hot_fma": sum(v for k, v in ops.items() if k.startswith("vfmadd") or k.startswith("vfnmadd")),
-        "hot_loads": sum(v for k, v in ops.items() if k.startswith("vpmovzx")),
-        "hot_round": ops.get("vroundps", 0),
-        "madd": counts.get("vpmaddubsw", 0) + counts.get("vpmaddwd", 0),
-        "hot_madd": ops.get("vpmaddubsw", 0) + ops.get("vpmaddwd", 0),
+        "hot_dots": {k: v for k, v in ops.items() if k in DOTS},
+        "hot_fma": n_fma(body),
+        "hot_loads": sum(bool(LOADS.match(b)) for b in body),
+        "weights_per_iteration": weights,
         "instr_per_weight": len(body) / weights if weights else None,
-        "hot_bad": {k: v for k, v in ops.items() if k in BAD},
+        "hot_bad": dict(Counter(b.split()[0] for b in body if BAD.match(b))),
         "body": body,
     }
 
@@ -109,26 +124,38 @@ def analyse(asm: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bits", default="8,4,3,2")
-    ap.add_argument("--show", action="store_true", help="print the hottest loop of each variant")
+    ap.add_argument("--show", action="store_true", help="print the hot loop of each variant")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = ap.parse_args(argv)
-    status = 0
-    print("variant        | instr | ymm | hot loop: instr  FMA  zext-loads  vroundps  int-madd  instr/weight | int64 widening / gathers")
-    print("---------------|------:|----:|---------------------------------------------------------------:|-------------------------")
+    target = tiers.report().target
+    print(f"{platform.machine()}, numba {numba.__version__}, target {target.cpu if target else '?'}; "
+          f"int8 tiers: {', '.join(t.name for t in tiers.usable()) or 'none'}")
+    print("variant                        | hot loop instr | dot instructions            | loads | FMA "
+          "| weights/iter | instr/weight | scalar fallbacks")
+    print("-------------------------------|---------------:|-----------------------------|------:|----:"
+          "|-------------:|-------------:|-----------------")
+    status, rows = 0, []
     for act in ("f32", "i8"):
         for bits in map(int, args.bits.split(",")):
             for spec in kernels.variants(bits, act):
-                a = analyse(fresh_asm(spec))
+                a = analyse(fresh_asm(spec), act == "i8")
                 bad = ", ".join(f"{k} x{v}" for k, v in a["hot_bad"].items()) or "none"
+                dots = " ".join(f"{k} x{v}" for k, v in sorted(a["hot_dots"].items())) or "-"
                 ipw = f"{a['instr_per_weight']:.3f}" if a["instr_per_weight"] else "-"
-                print(f"{f'w{bits} {act} {spec.variant}':14s} | {a['total_instructions']:5d} | {a['ymm']:3d} | "
-                      f"{a['hot_len']:15d} {a['hot_fma']:4d} {a['hot_loads']:11d} {a['hot_round']:9d} "
-                      f"{a['hot_madd']:9d} {ipw:>13s} | {bad}")
+                print(f"{f'w{bits} {act} {spec.variant}':30s} | {a['hot_len']:14d} | {dots:27s} | "
+                      f"{a['hot_loads']:5d} | {a['hot_fma']:3d} | {a['weights_per_iteration']:12.0f} | {ipw:>12s} | {bad}")
                 if args.show:
                     print("\n".join("    " + b for b in a["body"]))
-                # f32 variants must keep a vectorized FMA loop; i8 variants must use the integer multiply-adds
+                rows.append({"bits": bits, "act": act, "variant": spec.variant,
+                             **{k: v for k, v in a.items() if k != "body"}})
+                # f32 variants must keep a vectorized FMA loop; int8 variants their dot product
                 if spec.variant != "ref" and (a["hot_bad"] or (act == "f32" and not a["hot_fma"])
-                                              or (act == "i8" and not a["madd"])):
+                                              or (act == "i8" and not a["hot_dots"])):
                     status = 1
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"machine": platform.machine(), "target": None if target is None else target.cpu,
+                       "numba": numba.__version__, "variants": rows}, fh, indent=1)
     return status
 
 

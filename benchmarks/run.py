@@ -1,25 +1,29 @@
 """Run gemvbw's own benchmark set and write benchmarks/RESULTS.md.
 
-    python benchmarks/run.py [--iters 50] [--threads N] [--out benchmarks/RESULTS.md]
+    python benchmarks/run.py [--iters 50] [--threads 1,2] [--out benchmarks/RESULTS.md]
                              [--ggml-bin PATH/test-backend-ops] [--mnn-bin PATH/run_test.out]
 
 What it runs, through the CLI a user has (nothing is timed here itself):
-1. gemvbw sweep --kernel all on 4096x14336 (MNN's default), 1024x1024 and 151936x1024 (lm_head),
-   cold cache, every width and variant;
-2. gemvbw model qwen3-0.6b --bits 4, with f32 and (where they exist) int8 activations;
-3. benchmarks/asm_check.py (what the generated loops look like);
-4. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
+1. gemvbw sweep --act f32 --kernel all on 4096x14336 (MNN's default), 1024x1024 and 151936x1024
+   (lm_head), cold cache, every width and variant, at the largest thread count;
+2. for each thread count (default 1 and all CPUs in the affinity mask): gemvbw sweep --act i8
+   --kernel all on the three shapes, cold, every int8 tier this CPU runs, and the same warm
+   (--flush-mib 0) at 4096x14336;
+3. gemvbw model qwen3-0.6b --bits 4, with the default (int8) and f32 activations;
+4. benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier);
+5. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
-   Build ggml yourself (it is not part of gemvbw and nothing here builds it).
-5. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
-   best of 3 x 200) on each shape through MNN_GEMVBW_M/K, also before and after, for a
-   cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
-   -DMNN_LOW_MEMORY=ON. MNN's current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the
-   published version read MNN_GEMVBW_M/K); a build that ignores the variables is detected
-   from its header and its other shapes are left out.
-It writes eff GB/s, %read, the latency ratios t(wN)/t(w8) and each variant's speed-up over
-the reference loop, with the command, the machine and the date. Run it on a quiet machine:
-nothing else compiling or measuring.
+   It uses as many threads as the machine has CPUs. Build ggml yourself (nothing here builds it).
+6. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
+   best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also before and
+   after, for a cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
+   -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with AVX-512: see peers/README.md). MNN's
+   current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
+   MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
+   other shapes are left out.
+It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up over the others,
+and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
+machine and the date. Run it on a quiet machine: nothing else compiling or measuring.
 """
 
 from __future__ import annotations
@@ -93,46 +97,44 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 
 
+def best(doc: dict, shape: str, bits: int) -> dict | None:
+    M, K = map(int, shape.split("x"))
+    rows = [r for r in doc["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
+    return min(rows, key=lambda r: r["best_avg_us"]) if rows else None
+
+
+def cell(r: dict | None) -> str:
+    return "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
+
+
 def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str) -> list[str]:
     M, K = map(int, shape.split("x"))
     lines = [f"### {shape}", "", "width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
     for bits in (8, 4, 3, 2):
-        rows = [r for r in i8["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
-        r = min(rows, key=lambda r: r["best_avg_us"]) if rows else None
+        r = best(i8, shape, bits)
         # MNN's count: codes + fp16 scale and offset per block; when K % 64 != 0 one block spans the row
         nbytes = logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2)
-        ours = "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
         theirs = f"{mnn[bits]:.0f} us, {nbytes / mnn[bits] / 1e3:.2f} GB/s" if bits in mnn else "-"
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
-        lines.append(f"w{bits} | {ours} | {theirs} | {ratio}")
+        lines.append(f"w{bits} | {cell(r)} | {theirs} | {ratio}")
     return lines + [""]
 
 
-def side_by_side(sweep: dict, i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:
-    M, K = 4096, 14336
-
-    def best(doc, bits):
-        rows = [r for r in doc["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
-        return min(rows, key=lambda r: r["best_avg_us"]) if rows else None
-
-    lines = ["width | gemvbw f32 cold | gemvbw i8 cold | gemvbw i8 warm | ggml (warm, same run) | ggml / gemvbw i8 warm",
-             "---|---|---|---|---|---"]
+def ggml_side_by_side(i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:
+    M, K, shape = 4096, 14336, "4096x14336"
+    lines = ["width | gemvbw i8 cold | gemvbw i8 warm | ggml (warm, same run) | ggml / gemvbw warm", "---|---|---|---|---"]
     for bits in (8, 4, 3, 2):
-        cells = []
-        for doc in (sweep, i8, warm):
-            r = best(doc, bits)
-            cells.append("-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})")
+        w = best(warm, shape, bits)
         peers, ratios = [], []
         for name, (nbytes, nweights, width) in GGML_TYPES.items():
             if width != bits or name not in ggml:
                 continue
             us = ggml[name]
             peers.append(f"{name} {us:.0f} us, {M * K * nbytes / nweights / us / 1e3:.2f} GB/s")
-            w = best(warm, bits)
             if w:
                 ratios.append(f"{name} {us / w['best_avg_us']:.2f}")
-        lines.append(f"w{bits} | " + " | ".join(cells) + " | " + ("; ".join(peers) or "-") + " | "
-                     + ("; ".join(ratios) or "-"))
+        lines.append(f"w{bits} | {cell(best(i8, shape, bits))} | {cell(w)} | {'; '.join(peers) or '-'} | "
+                     f"{'; '.join(ratios) or '-'}")
     return lines + ["", "Latency ratio above 1: ggml takes longer than gemvbw; GB/s of each from its own bytes "
                     "(q8_0 and q4_0/q4_K store 1.0625 and 0.5625 bytes per weight like gemvbw's w8/w4; q3_K 0.43, "
                     "q2_K 0.33).", ""]
@@ -142,103 +144,162 @@ def shape_table(doc: dict, shape: str) -> list[str]:
     M, K = map(int, shape.split("x"))
     rows = [r for r in doc["results"] if (r["M"], r["K"]) == (M, K)]
     ref = {r["bits"]: r["best_avg_us"] for r in rows if r["variant"] == "ref"}
-    best = {}
-    for r in rows:
-        if r["bits"] not in best or r["best_avg_us"] < best[r["bits"]]["best_avg_us"]:
-            best[r["bits"]] = r
+    fastest = {b: best(doc, shape, b) for b in (8, 4, 3, 2)}
     lines = [f"### {shape}", "",
              "width | variant | us/iter | eff GB/s | %read | t(wN)/t(w8) best | vs ref",
              "---|---|---:|---:|---:|---:|---:"]
-    t8 = best[8]["best_avg_us"] if 8 in best else None
+    t8 = fastest[8]["best_avg_us"] if fastest[8] else None
     for r in sorted(rows, key=lambda r: (-r["bits"], r["best_avg_us"])):
-        ratio = f"{r['best_avg_us'] / t8:.2f}" if t8 and r is best[r["bits"]] else ""
+        ratio = f"{r['best_avg_us'] / t8:.2f}" if t8 and r is fastest[r["bits"]] else ""
         speedup = f"{ref[r['bits']] / r['best_avg_us']:.2f}x" if r["bits"] in ref else "- (no ref)"
         lines.append(f"w{r['bits']} | {r['variant']} | {r['best_avg_us']:.1f} | {r['eff_gbps']:.2f} | "
                      f"{r['pct_read']:.1f} | {ratio} | {speedup}")
     return lines + [""]
 
 
+# the bars of the x86 issue, at 4096x14336 cold: share of the run's read roofline, latency against w8
+WALL = {8: 90.0, 4: 90.0, 3: 85.0, 2: 85.0}
+LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
+
+
+def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336") -> list[str]:
+    read = i8["roofline"]["read_gbps"]
+    lines = [f"read roofline of this run: {read:.1f} GB/s at {i8['roofline']['threads']} thread(s)", "",
+             "width | gemvbw (best tier) | %read (bar) | t(wN)/t(w8) (bar) | MNN / gemvbw (bar 1.3, or gemvbw >= 95% "
+             "of read and no slower)", "---|---|---|---|---"]
+    t8 = best(i8, shape, 8)
+    for bits in (8, 4, 3, 2):
+        r = best(i8, shape, bits)
+        if r is None:
+            lines.append(f"w{bits} | - | - | - | -")
+            continue
+        wall = f"{r['pct_read']:.1f} ({'met' if r['pct_read'] >= WALL[bits] else 'NOT met'}, >= {WALL[bits]:.0f})"
+        lat = "-"
+        if bits in LATENCY and t8:
+            q = r["best_avg_us"] / t8["best_avg_us"]
+            lat = f"{q:.2f} ({'met' if q <= LATENCY[bits] else 'NOT met'}, <= {LATENCY[bits]})"
+        vs = "-"
+        if mnn and bits in mnn:
+            q = mnn[bits] / r["best_avg_us"]
+            ok = q >= 1.3 or (r["pct_read"] >= 95 and q >= 1.0)
+            vs = f"{q:.2f} ({'met' if ok else 'NOT met'})"
+        lines.append(f"w{bits} | {cell(r)} | {wall} | {lat} | {vs}")
+    return lines + [""]
+
+
+def best_of(runs: list[dict], shape: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for run in runs:
+        for bits, us in run[shape][1].items():
+            out[bits] = min(us, out.get(bits, float("inf")))
+    return out
+
+
+def asm_table(path: Path) -> list[str]:
+    doc = json.loads(path.read_text())
+    lines = [f"{doc['machine']}, numba {doc['numba']}, target {doc['target']}", "",
+             "variant | hot loop instructions | dot instructions | instructions per weight | scalar fallbacks",
+             "---|---:|---|---:|---"]
+    for v in doc["variants"]:
+        dots = " ".join(f"{k} x{n}" for k, n in sorted(v["hot_dots"].items())) or "-"
+        ipw = f"{v['instr_per_weight']:.3f}" if v["instr_per_weight"] else "-"
+        bad = ", ".join(f"{k} x{n}" for k, n in v["hot_bad"].items()) or "none"
+        lines.append(f"w{v['bits']} {v['act']} {v['variant']} | {v['hot_len']} | {dots} | {ipw} | {bad}")
+    return lines + [""]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", default="50")
-    ap.add_argument("--threads")
+    ap.add_argument("--threads", help="thread counts, comma list (default: 1 and all CPUs in the affinity mask)")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--ggml-bin", help="a test-backend-ops binary you built from ggml, for a side-by-side")
     ap.add_argument("--mnn-bin", help="a run_test.out binary you built from MNN, for a side-by-side")
     args = ap.parse_args()
-    extra = ["--threads", args.threads] if args.threads else []
+    cpus = len(os.sched_getaffinity(0))
+    counts = sorted({int(t) for t in args.threads.split(",")}) if args.threads else sorted({1, cpus})
+    top = max(counts)
     started = dt.datetime.now(dt.timezone.utc)
-    threads = int(args.threads) if args.threads else len(os.sched_getaffinity(0))
+    it = ["--iters", args.iters]
     ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
-    mnn_runs = [{shape: run_mnn(args.mnn_bin, threads, shape) for shape in SHAPES}] if args.mnn_bin else []
+    mnn_runs = {t: [{shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES}] for t in counts} if args.mnn_bin else {}
     shapes = sum((["--shape", s] for s in SHAPES), [])
-    sweep = gemvbw("sweep", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
-    i8 = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, "--iters", args.iters, *extra)
-    warm = gemvbw("sweep", "--act", "i8", "--flush-mib", "0", "--M", "4096", "--K", "14336", "--iters", args.iters,
-                  *extra)
+    f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, "--threads", str(top))
+    i8, warm = {}, {}
+    for t in counts:
+        i8[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, "--threads", str(t))
+        warm[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
+                         *it, "--threads", str(t))
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
-    if args.mnn_bin:
-        mnn_runs.append({shape: run_mnn(args.mnn_bin, threads, shape) for shape in SHAPES})
-    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, "--iters", args.iters, *extra)
-              for act in ("f32", "i8") if act == "f32" or i8["results"]}
-    checked = subprocess.run([sys.executable, str(HERE / "asm_check.py")], capture_output=True, text=True)
-    asm = checked.stdout
+    for t in mnn_runs:
+        mnn_runs[t].append({shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES})
+    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, "--threads", str(top))
+              for act in ("auto", "f32")}
+    with tempfile.TemporaryDirectory() as d:
+        asm_json = Path(d) / "asm.json"
+        checked = subprocess.run([sys.executable, str(HERE / "asm_check.py"), "--json", str(asm_json)],
+                                 capture_output=True, text=True)
+        asm = asm_table(asm_json) if asm_json.exists() else []
     if checked.returncode != 0:  # a regression or a crash: show it in the file, not only on this terminal
-        asm += f"\n\nasm_check.py exited with {checked.returncode}\n{checked.stderr.strip()[-2000:]}"
+        asm += ["", f"asm_check.py exited with {checked.returncode}", "", "```",
+                (checked.stdout + checked.stderr).strip()[-3000:], "```"]
 
-    s = sweep["system"]
-    rf = sweep["roofline"]
+    s = f32["system"]
     lines = [
         "# gemvbw benchmark results", "",
         f"Written by `python benchmarks/run.py --iters {args.iters}` on {started:%Y-%m-%d %H:%M} UTC "
-        f"(gemvbw {sweep['version']}).", "",
+        f"(gemvbw {f32['version']}), thread counts {', '.join(map(str, counts))}.", "",
         f"Machine: {s['cpu']} ({s['machine']}), {s['cores']} cores, affinity {s['affinity']}, ISA "
         f"{' '.join(s['isa'])}; caches {s['caches']}; numba {s['numba']} ({s['threading_layer']}), "
         f"llvmlite {s['llvmlite']}, numpy {s['numpy']}, Python {s['python']}.", "",
-        f"Rooflines in the same run ({rf['threads']} threads): memcpy {rf['memcpy_gbps']:.1f} GB/s (read+write "
-        f"counted), read {rf['read_gbps']:.1f} GB/s. Fixed cost of an empty parallel call: "
-        f"{sweep['call_overhead_us']:.1f} us.", "",
-        f"Method: cold cache ({sweep['settings']['flush_mib']} MiB flush before every call), best of "
-        f"{sweep['settings']['reps']} groups of {sweep['settings']['iters']} calls, block 64, fp16 metadata, "
-        "f32 activations; every kernel verified against the numpy reference first. `t(wN)/t(w8)` compares "
-        "the fastest variant of each width; `vs ref` is the speed-up over the reference loop of the same width.",
-        "",
-        "## Sweep (`gemvbw sweep --kernel all --shape ...`)", "",
+        "Rooflines in the same run: " + "; ".join(
+            f"{t} thread(s): memcpy {i8[t]['roofline']['memcpy_gbps']:.1f} GB/s (read+write counted), read "
+            f"{i8[t]['roofline']['read_gbps']:.1f} GB/s, empty parallel call {i8[t]['call_overhead_us']:.1f} us"
+            for t in counts) + ".", "",
+        f"Method: cold cache ({f32['settings']['flush_mib']} MiB flush before every call), best of "
+        f"{f32['settings']['reps']} groups of {f32['settings']['iters']} calls, block 64, fp16 metadata; every "
+        "kernel verified against the numpy reference first. `t(wN)/t(w8)` compares the fastest variant of each "
+        "width; `vs ref` is the speed-up over the reference loop of the same width.", "",
     ]
-    for shape in SHAPES:
-        lines += shape_table(sweep, shape)
-    lines += ["## Sweep with int8 activations (`gemvbw sweep --act i8 --kernel all --shape ...`)", ""]
-    for shape in SHAPES:
-        lines += shape_table(i8, shape)
+    for t in counts:
+        lines += [f"## int8 activations, {t} thread(s) (`gemvbw sweep --act i8 --kernel all --threads {t} "
+                  "--shape ...`)", ""]
+        lines += ["### The bars at 4096x14336, cold", ""]
+        lines += bars(i8[t], best_of(mnn_runs[t], "4096x14336") if t in mnn_runs else None)
+        for shape in SHAPES:
+            lines += shape_table(i8[t], shape)
+        lines += ["### Warm (`--flush-mib 0`), 4096x14336", ""] + shape_table(warm[t], "4096x14336")[2:]
+        if t in mnn_runs:
+            lines += [f"### Side by side with MNN, {t} thread(s)", "",
+                      f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before and after gemvbw's "
+                      "sweeps; the better of its two latencies is shown. Both are cold (a 64 MiB read before every "
+                      "call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes "
+                      "longer than gemvbw. MNN's raw output is in `benchmarks/peers/`.", ""]
+            for shape in SHAPES:
+                lines += mnn_side_by_side(i8[t], best_of(mnn_runs[t], shape), shape)
     if ggml_runs:
         ggml = {k: min(run[1].get(k, float("inf")) for run in ggml_runs) for k in ggml_runs[0][1]}
-        lines += ["## Side by side with ggml on this machine, 4096x14336, n=1", "",
-                  f"ggml's `test-backend-ops perf` ran before and after gemvbw's sweeps; the better of its two "
-                  f"latencies is shown. Its raw output is in `benchmarks/peers/`.", ""]
-        lines += side_by_side(sweep, i8, warm, ggml)
+        lines += [f"## Side by side with ggml, 4096x14336, n=1, {cpus} threads", "",
+                  "ggml's `test-backend-ops perf` ran before and after gemvbw's sweeps; the better of its two "
+                  "latencies is shown. It repeats one matrix (warm), so it is set beside gemvbw's warm figures. "
+                  "Its raw output is in `benchmarks/peers/`.", ""]
+        lines += ggml_side_by_side(i8[top], warm[top], ggml)
         (HERE / "peers").mkdir(exist_ok=True)
         (HERE / "peers" / "ggml-mul-mat-4096x14336.txt").write_text(
-            f"# {' '.join(['test-backend-ops', 'perf', '-o', 'MUL_MAT', '-b', 'CPU'])} at 4096x14336 n=1, "
-            f"{started:%Y-%m-%d}, two runs (before and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
+            f"# test-backend-ops perf -o MUL_MAT -b CPU at 4096x14336 n=1, {started:%Y-%m-%d}, two runs (before "
+            "and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
     if mnn_runs:
-        lines += [f"## Side by side with MNN on this machine, {threads} threads", "",
-                  f"MNN's `run_test.out speed/GemvBW 0 2 {threads}` ran on each shape before and after gemvbw's "
-                  "sweeps; the better of its two latencies is shown. Both are cold (a 64 MiB read before every "
-                  "call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes longer "
-                  "than gemvbw. MNN's raw output is in `benchmarks/peers/`.", ""]
-        for shape in SHAPES:
-            mnn = {}
-            for run in mnn_runs:
-                for bits, us in run[shape][1].items():
-                    mnn[bits] = min(us, mnn.get(bits, float("inf")))
-            lines += mnn_side_by_side(i8, mnn, shape)
         (HERE / "peers").mkdir(exist_ok=True)
         (HERE / "peers" / "mnn-gemvbw.txt").write_text(
-            f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 {threads}, {started:%Y-%m-%d}, "
-            "each shape before and after gemvbw's sweeps\n"
-            + "\n".join(run[shape][0] for run in mnn_runs for shape in SHAPES))
-    lines += ["## Peers quoted from the issue", "", PEERS]
+            f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 THREADS, {started:%Y-%m-%d}, "
+            "each thread count and shape before and after gemvbw's sweeps\n"
+            + "\n".join(f"## {t} thread(s)\n" + run[shape][0] for t, runs in mnn_runs.items() for run in runs
+                        for shape in SHAPES))
+    lines += [f"## f32 activations, {top} thread(s) (`gemvbw sweep --act f32 --kernel all --shape ...`)", ""]
+    for shape in SHAPES:
+        lines += shape_table(f32, shape)
+    lines += ["## Peers quoted from an earlier issue", "", PEERS]
     for act, model in models.items():
         lines += [f"## Model (`gemvbw model qwen3-0.6b --bits 4 --act {act}`)", ""]
         for summary in model["model"]["per_bits"]:
@@ -253,7 +314,7 @@ def main() -> int:
                 lines.append(f"{p['name']} | {p['M']}x{p['K']} | {p['per_token']} | {p['best_avg_us']:.1f} | "
                              f"{p['eff_gbps']:.2f} | {100 * p['share']:.1f}%")
             lines.append("")
-    lines += ["## Generated code (`python benchmarks/asm_check.py`)", "", "```", asm.rstrip(), "```", ""]
+    lines += ["## Generated code (`python benchmarks/asm_check.py`)", ""] + asm
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

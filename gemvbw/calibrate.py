@@ -100,6 +100,8 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None) -> Choice:
         raise KeyError(f"no kernel for w{bits} act={act}")
     if len(found) == 1:
         return Choice(found[0], "only variant", {})
+    if system.describe_cpu().get("emulated"):  # timing would rank the emulator's translations, not the CPU's
+        return Choice(found[0], "preferred; not calibrated under emulation", {})
     shape = () if qm is None else (qm.M, qm.K, qm.block, qm.meta_bytes)
     key = machine_key(bits, act, threads, shape)
     entry = _load().get(key)

@@ -47,3 +47,21 @@ def test_mnn_side_by_side_counts_mnn_bytes(run):
 def test_ggml_line_is_read(run):
     m = run.GGML_LINE.search(GGML_OUT)
     assert (m.group(1), m.group(2), m.group(3), float(m.group(4))) == ("q4_K", "4096", "14336", 2975.56)
+
+
+def test_bars_judge_each_width_by_the_issue_thresholds(run):
+    def row(bits, us, pct):
+        return {"M": 4096, "K": 14336, "bits": bits, "best_avg_us": us, "eff_gbps": 30.0, "pct_read": pct,
+                "variant": "packed-4x2-x"}
+
+    i8 = {"roofline": {"read_gbps": 33.0, "threads": 2},
+          "results": [row(8, 2000.0, 91.0), row(4, 1150.0, 89.0), row(3, 870.0, 86.0), row(2, 660.0, 80.0)]}
+    lines = run.bars(i8, {8: 2100.0, 4: 1000.0, 3: 2000.0, 2: 2000.0})
+    cells = {line.split(" | ")[0]: line.split(" | ")[2:] for line in lines if line.startswith("w")}
+    assert cells["w8"] == ["91.0 (met, >= 90)", "-", "1.05 (NOT met)"]  # not 1.3x, and under 95% of read
+    assert cells["w4"] == ["89.0 (NOT met, >= 90)", "0.57 (NOT met, <= 0.56)", "0.87 (NOT met)"]
+    assert cells["w3"] == ["86.0 (met, >= 85)", "0.43 (met, <= 0.44)", "2.30 (met)"]
+    assert cells["w2"] == ["80.0 (NOT met, >= 85)", "0.33 (NOT met, <= 0.32)", "3.03 (met)"]
+    near_wall = {"roofline": {"read_gbps": 33.0, "threads": 1}, "results": [row(8, 2000.0, 96.0)]}
+    w8 = next(l for l in run.bars(near_wall, {8: 2050.0}) if l.startswith("w8"))
+    assert w8.endswith("| 1.02 (met)")  # at the wall: no slower than MNN is enough

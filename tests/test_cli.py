@@ -236,6 +236,19 @@ def test_rerun_repeats_settings_and_compares(tmp_path):
     assert "## Rerun: against" in res.stdout and "! differs: settings.iters: 3 vs 2" in res.stdout
 
 
+def test_rerun_repeats_the_activations_and_kernel_recorded(tmp_path):
+    # click's defaults must not override what the file recorded: a run with --act f32 --kernel all reruns so
+    first = tmp_path / "first.json"
+    res = run(TINY + ["--bits", "4", "--act", "f32", "--kernel", "all", "--format", "json", "--json", str(first)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(run(["sweep", "--rerun", str(first), "--format", "json"]).stdout)
+    assert (doc["settings"]["act"], doc["settings"]["kernel"]) == ("f32", "all")
+    assert sorted(r["variant"] for r in doc["results"]) == ["ref", "rows4"]
+    assert {r["act"] for r in doc["results"]} == {"f32"}
+    doc = json.loads(run(["sweep", "--rerun", str(first), "--kernel", "ref", "--format", "json"]).stdout)
+    assert [r["variant"] for r in doc["results"]] == ["ref"]  # a flag given beside --rerun wins
+
+
 @pytest.mark.parametrize("content,fragment", [(None, "cannot read"), ("{not json", "is not JSON"),
                                                ('{"schema": "other"}', "is not a gemvbw.sweep/1 result")])
 def test_rerun_bad_file(tmp_path, content, fragment):

@@ -1,5 +1,7 @@
 """Every registered kernel against the slow numpy reference, on small shapes and both thread counts."""
 
+import os
+
 import numba
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ from gemvbw.verify import reference_gemv, verify
 
 SHAPES = [(1, 8, 8), (7, 64, 64), (13, 100, 64), (33, 1000, 64), (5, 37, 8), (16, 200, 32), (3, 64, 128)]
 ALL_SPECS = [s for act in ("f32", "i8") for b in (8, 4, 3, 2) for s in kernels.variants(b, act)]
+# Under emulation (the aarch64 stage of CI) compiling is about 8x slower and dominates: there the f32 loops,
+# which no tier changes, are checked with fp16 metadata only; every int8 tier with both.
+EMULATED = os.environ.get("GEMVBW_EMULATED_CPU") is not None
 
 
 def spec_id(s):
@@ -39,6 +44,8 @@ def test_half_conversion_is_exact_for_every_float16():
 def test_kernel_matches_reference(spec, M, K, block, meta_bytes):
     if spec.blocks is not None and block not in spec.blocks:
         pytest.skip(f"{spec_id(spec)} handles blocks {spec.blocks}")
+    if EMULATED and spec.act == "f32" and meta_bytes == 4:
+        pytest.skip("emulated: the f32 loops are checked with fp16 metadata only (compiling is 8x slower)")
     qm = random_quantized(M, K, bits=spec.bits, block=block, meta_bytes=meta_bytes, seed=M + K)
     x = random_activations(K, seed=K)
     result = verify(spec, qm, x)
