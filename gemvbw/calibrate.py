@@ -17,12 +17,12 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from gemvbw import kernels, system, tiers
+from gemvbw import kernels, metrics, system, tiers
 from gemvbw.cache import cache_dir
 from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
@@ -31,19 +31,24 @@ from gemvbw.verify import verify
 
 CALIB_M = 64  # the matrix every variant is verified on before it may be timed
 CALIB_K = 1024
-CALIB_ITERS = 20  # calls per group at most
-CALIB_REPS = 3
-BUDGET_S = 0.3  # per variant: fewer calls on a slow shape
+CALIB_ITERS = 20  # calls per round at most
+CALIB_ROUNDS = 7  # rounds, every candidate timed once per round in a rotated order
+BUDGET_S = 0.5  # per variant: fewer calls per round on a slow shape
+# A choice is cached only when it wins by more than the noise: the runner-up's median must be this much
+# slower, and more than the spread (median absolute deviation, relative) of the two measured medians.
+MARGIN = 0.03
 
 
 @dataclass(frozen=True)
 class Choice:
     spec: kernels.KernelSpec
-    source: str  # "calibrated now", "cached", "only variant"
-    timings_us: dict[str, float]
+    source: str  # "calibrated now", "cached", "only variant", "calibrated now; within noise, not cached", ...
+    timings_us: dict[str, float]  # median warm round mean per variant
+    spread: dict[str, float] = field(default_factory=dict)  # its median absolute deviation / median
 
     def to_dict(self) -> dict:
-        return {"variant": self.spec.variant, "source": self.source, "timings_us": self.timings_us}
+        return {"variant": self.spec.variant, "source": self.source, "timings_us": self.timings_us,
+                "spread": self.spread}
 
 
 def cache_path() -> Path:
@@ -67,8 +72,21 @@ def _load() -> dict:
         return {}  # no cache yet, or an unreadable one: measure again
 
 
-def measure(bits: int, act: str, qm=None, x=None) -> dict[str, float]:
-    """Best warm group mean (us) on ``qm`` (default: a small matrix) of every variant that passes verification."""
+@dataclass(frozen=True)
+class Timing:
+    median_us: float
+    spread: float  # median absolute deviation of the rounds, relative to their median
+
+
+def robust(samples: list[float]) -> Timing:
+    med = metrics.median(samples)
+    mad = metrics.median([abs(v - med) for v in samples])
+    return Timing(med, mad / med if med > 0 else 0.0)
+
+
+def measure(bits: int, act: str, qm=None, x=None, exclude: frozenset = frozenset()) -> dict[str, Timing]:
+    """Warm timings (us) on ``qm`` (default: a small matrix) of every variant that passes verification:
+    interleaved rounds, so a busy moment of the machine hits every candidate, summed up by the median."""
     small = random_quantized(CALIB_M, CALIB_K, bits, 64 if qm is None else qm.block,
                              2 if qm is None else qm.meta_bytes, seed=99)
     small_x = random_activations(CALIB_K, seed=99)
@@ -76,8 +94,10 @@ def measure(bits: int, act: str, qm=None, x=None) -> dict[str, float]:
         qm, x = small, small_x
     y = np.empty(qm.M, dtype=np.float32)
     warm = CacheFlusher(0)
-    timings = {}
+    runs, iters = {}, {}
     for spec in kernels.variants(bits, act):
+        if spec.variant in exclude:
+            continue
         try:
             if not verify(spec, small, small_x).ok:
                 continue
@@ -87,17 +107,38 @@ def measure(bits: int, act: str, qm=None, x=None) -> dict[str, float]:
         t0 = time.perf_counter()
         run(x, y)  # also the warm-up
         first = time.perf_counter() - t0
-        iters = max(1, min(CALIB_ITERS, int(BUDGET_S / CALIB_REPS / max(first, 1e-9))))
-        timings[spec.variant] = time_groups(lambda: run(x, y), iters, CALIB_REPS, warm).best_avg_us
-    return timings
+        runs[spec.variant] = run
+        iters[spec.variant] = max(1, min(CALIB_ITERS, int(BUDGET_S / CALIB_ROUNDS / max(first, 1e-9))))
+    rounds: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(CALIB_ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
+            run = runs[name]
+            rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, warm).best_avg_us)
+    return {name: robust(samples) for name, samples in rounds.items()}
 
 
-def choose(bits: int, act: str, threads: int, qm=None, x=None) -> Choice:
+def decide(timings: dict[str, Timing]) -> tuple[str, bool]:
+    """(the fastest variant by median, whether its lead is beyond the noise and may be cached)."""
+    order = sorted(timings, key=lambda n: timings[n].median_us)
+    best = order[0]
+    if len(order) == 1:
+        return best, True
+    a, b = timings[best], timings[order[1]]
+    lead = b.median_us / a.median_us - 1
+    return best, lead > max(MARGIN, a.spread + b.spread)
+
+
+def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool = False,
+           exclude: frozenset = frozenset()) -> Choice:
     """The variant --kernel auto runs for this width (and the shape of ``qm``): from the cache when this
-    machine and shape were calibrated, else measured now on ``qm`` (a small matrix when none is given)."""
-    found = kernels.variants(bits, act)
+    machine and shape were calibrated (unless ``recalibrate``), else measured now on ``qm`` (a small matrix
+    when none is given). A choice whose lead is within the noise is used but not cached. ``exclude``:
+    variants not to consider (one that failed verification). Raises CalibrationFailed when no variant
+    passes verification."""
+    found = [s for s in kernels.variants(bits, act) if s.variant not in exclude]
     if not found:
-        raise KeyError(f"no kernel for w{bits} act={act}")
+        raise CalibrationFailed(f"no w{bits} {act} kernel is left to choose from")
     if len(found) == 1:
         return Choice(found[0], "only variant", {})
     if system.describe_cpu().get("emulated"):  # timing would rank the emulator's translations, not the CPU's
@@ -105,18 +146,29 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None) -> Choice:
     shape = () if qm is None else (qm.M, qm.K, qm.block, qm.meta_bytes)
     key = machine_key(bits, act, threads, shape)
     entry = _load().get(key)
-    if isinstance(entry, dict) and entry.get("variant") in {s.variant for s in found}:
-        return Choice(kernels.get(bits, act, entry["variant"]), "cached", entry.get("timings_us", {}))
-    timings = measure(bits, act, qm, x)
+    if not recalibrate and isinstance(entry, dict) and entry.get("variant") in {s.variant for s in found}:
+        return Choice(kernels.get(bits, act, entry["variant"]), "cached", entry.get("timings_us", {}),
+                      entry.get("spread", {}))
+    timings = measure(bits, act, qm, x, exclude)
     if not timings:
-        raise RuntimeError(f"no w{bits} variant passed verification during calibration")
-    best = min(timings, key=timings.get)
-    doc = _load()
-    doc[key] = {"bits": bits, "act": act, "threads": threads, "variant": best, "timings_us": timings,
-                "shape": list(shape) or [CALIB_M, CALIB_K]}
-    try:
-        cache_path().parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(cache_path()), json.dumps(doc, indent=1))
-    except OSError:
-        pass  # an unwritable cache only costs a new calibration next time
-    return Choice(kernels.get(bits, act, best), "calibrated now", timings)
+        raise CalibrationFailed(f"no w{bits} {act} variant passed verification during calibration")
+    best, clear = decide(timings)
+    medians = {n: t.median_us for n, t in timings.items()}
+    spreads = {n: round(t.spread, 4) for n, t in timings.items()}
+    source = "recalibrated" if recalibrate else "calibrated now"
+    if clear:
+        doc = _load()
+        doc[key] = {"bits": bits, "act": act, "threads": threads, "variant": best, "timings_us": medians,
+                    "spread": spreads, "shape": list(shape) or [CALIB_M, CALIB_K]}
+        try:
+            cache_path().parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(str(cache_path()), json.dumps(doc, indent=1))
+        except OSError:
+            pass  # an unwritable cache only costs a new calibration next time
+    else:
+        source += "; lead within the noise, not cached"
+    return Choice(kernels.get(bits, act, best), source, medians, spreads)
+
+
+class CalibrationFailed(RuntimeError):
+    """No variant could be calibrated: a failed row, like a verification failure."""

@@ -135,6 +135,8 @@ def main() -> None:
               help="Kernel variant (default auto: the fastest verified one, calibrated): all (every variant "
                    "and tier this CPU runs), or a name (ref, rows4, packed, packed-4x2-<tier>; see gemvbw info).")
 @click.option("--seed", metavar="INT", help="Seed of the random weights and activations (default 0).")
+@click.option("--recalibrate", is_flag=True, default=None,
+              help="--kernel auto: measure the choice again on this machine and shape, replacing the cached one.")
 @click.option("--compare-warm", "compare_warm", is_flag=True, default=None,
               help="Also time every kernel without the flush and show warm beside cold.")
 @click.option("--max-seconds", "max_seconds", metavar="S",
@@ -227,6 +229,8 @@ def sweep(fmt: str, **flags) -> None:
 @click.option("--kernel", default=None, metavar="auto|NAME",
               help="Kernel variant (default auto: the fastest verified one); or a name (see gemvbw info).")
 @click.option("--seed", metavar="INT", help="Seed of the random weights (default 0).")
+@click.option("--recalibrate", is_flag=True, default=None,
+              help="--kernel auto: measure the choice again on this machine, replacing the cached one.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "mnn", "rich", "json"]), default="auto",
               show_default=True, help="auto = rich on a terminal, markdown when piped.")
 @click.option("--json", "json_path", metavar="PATH", help="Also write the result (sweep record plus 'model').")
@@ -353,6 +357,8 @@ def info(fmt: str, root: str) -> None:
 @click.option("--kernel", default=None, metavar="auto|NAME",
               help="Kernel variant (default auto: the fastest verified one); or a name (see gemvbw info).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
+@click.option("--recalibrate", is_flag=True, default=None,
+              help="--kernel auto: measure the choice again on this machine, replacing the cached one.")
 @click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1.0),
               help="How long to run.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),

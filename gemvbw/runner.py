@@ -42,20 +42,23 @@ def plan_width(bits: int, settings: Settings, record: SweepRecord | None = None,
     """What to measure for a width: per activation type (--act auto: int8 where a kernel exists for this
     CPU and block, else f32), the variants; with --kernel auto, the one calibrated on this shape. The
     choices and their reasons are recorded."""
-    name = f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
     plan = []
     for act, _ in kernels.acts_for(bits, settings.block, settings.act, settings.kernel):
         if settings.kernel == "all":
             specs = kernels.variants(bits, act)
         elif settings.kernel == "auto":
-            choice = calibrate.choose(bits, act, settings.threads, qm, x)
+            choice = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate)
             if record is not None:
-                record.kernel_choice[name] = choice.to_dict()
+                record.kernel_choice[choice_name(bits, settings, qm)] = choice.to_dict()
             specs = [choice.spec]
         else:
             specs = [kernels.get(bits, act, settings.kernel)]
         plan.append((act, specs))
     return plan
+
+
+def choice_name(bits: int, settings: Settings, qm=None) -> str:
+    return f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
 
 
 def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
@@ -110,7 +113,12 @@ class Sweep:
             for bits in s.bits:
                 qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
                 exact = None
-                for act, specs in plan_width(bits, s, rec, qm, x):
+                try:
+                    plan = plan_width(bits, s, rec, qm, x)
+                except calibrate.CalibrationFailed as exc:  # a failed row, like a verification failure
+                    self._fail(KernelFailure(bits, M, K, "auto", f"--kernel auto: {exc}"))
+                    continue
+                for act, specs in plan:
                     # each activation type has its reference: int8 kernels are checked against the product
                     # with the same quantized x, and what quantizing x alone costs is reported beside
                     reference = reference_gemv(qm, specs[0].reference_x(x, qm.block))
@@ -121,7 +129,8 @@ class Sweep:
                     elif exact is None:
                         exact = reference
                     for spec in specs:
-                        self._measure(spec, qm, x, y, reference, flusher, llc, act_err)
+                        if not self._measure(spec, qm, x, y, reference, flusher, llc, act_err) and s.kernel == "auto":
+                            self._fall_back(spec, act, qm, x, y, reference, flusher, llc, act_err)
                     del reference
                 del qm, exact
         rec.partial = False
@@ -130,20 +139,35 @@ class Sweep:
         self._export()
         return rec
 
-    def _measure(self, spec, qm, x, y, reference, flusher, llc, act_err=None) -> None:
+    def _fall_back(self, failed, act, qm, x, y, reference, flusher, llc, act_err) -> None:
+        """--kernel auto's choice failed verification on this shape (a cached choice is not verified again
+        before it is used): its failed row stays, and the choice is made again without it."""
+        s, rec = self.settings, self.record
+        try:
+            choice = calibrate.choose(qm.bits, act, s.threads, qm, x, recalibrate=True,
+                                      exclude=frozenset({failed.variant}))
+        except calibrate.CalibrationFailed:
+            return
+        name = choice_name(qm.bits, s, qm)
+        rec.kernel_choice[name] = {**choice.to_dict(), "source": f"{choice.source}, after {failed.variant} failed "
+                                                                 "verification"}
+        self._measure(choice.spec, qm, x, y, reference, flusher, llc, act_err)
+
+    def _measure(self, spec, qm, x, y, reference, flusher, llc, act_err=None) -> bool:
+        """Verify, then time; False when the kernel failed (its failed row is recorded)."""
         s, rec = self.settings, self.record
         try:
             check = verify(spec, qm, x, reference)
         except Exception as exc:  # a kernel that cannot run is a failed row, not a crash
             self._fail(KernelFailure(qm.bits, qm.M, qm.K, spec.variant, f"kernel raised {type(exc).__name__}: {exc}"))
-            return
+            return False
         if not check.ok:
             self._fail(KernelFailure(
                 qm.bits, qm.M, qm.K, spec.variant,
                 f"FAILED verification: max rel err {check.max_rel_err:.2e} > tolerance {check.tolerance:.0e}",
                 check.max_rel_err, check.tolerance,
             ))
-            return
+            return False
         run = spec.bind(qm)
         label = f"w{qm.bits} {spec.variant}"
         samples = [self.sampler.sample()]
@@ -172,6 +196,7 @@ class Sweep:
         rec.results.append(result)
         self.reporter.result(rec, result)
         self._export()
+        return True
 
     def _compare(self) -> None:
         if self.baseline is not None:

@@ -82,6 +82,7 @@ class Settings:
     llc_mib: int | None = None  # overrides the last-level cache size read from /sys
     cpus: list[int] | None = None  # pinned with --cpus (None: the affinity mask as inherited)
     shapes: tuple[tuple[int, int], ...] = ()  # (M, K) pairs swept in order; () means just (M, K)
+    recalibrate: bool = False  # --kernel auto: measure the choice again instead of taking the cached one
 
     @property
     def shape_list(self) -> list[tuple[int, int]]:
@@ -194,6 +195,7 @@ def resolve(
     raw, env = pick("max_seconds")
     values["max_seconds"] = 0.0 if raw is None else parse_seconds(raw)
     values["compare_warm"] = bool(flags.get("compare_warm"))
+    values["recalibrate"] = bool(flags.get("recalibrate"))
 
     raw, env = pick("bits")
     values["bits"] = DEFAULTS["bits"] if raw is None else parse_bits(raw, env)

@@ -95,7 +95,7 @@ def soak(settings: Settings, seconds: float, interval: float,
     x = random_activations(settings.K, settings.seed)
     act = kernels.acts_for(bits, settings.block, settings.act, settings.kernel)[0][0]
     if settings.kernel == "auto":
-        spec = calibrate.choose(bits, act, settings.threads, qm, x).spec
+        spec = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate).spec
     else:
         spec = kernels.get(bits, act, settings.kernel)
     check = verify(spec, qm, x)
