@@ -84,7 +84,8 @@ def robust(samples: list[float]) -> Timing:
     return Timing(med, mad / med if med > 0 else 0.0)
 
 
-def measure(bits: int, act: str, qm=None, x=None, exclude: frozenset = frozenset()) -> dict[str, Timing]:
+def measure(bits: int, act: str, qm=None, x=None, exclude: frozenset = frozenset(),
+            threads: int = 1) -> dict[str, Timing]:
     """Warm timings (us) on ``qm`` (default: a small matrix) of every variant that passes verification:
     interleaved rounds, so a busy moment of the machine hits every candidate, summed up by the median."""
     small = random_quantized(CALIB_M, CALIB_K, bits, 64 if qm is None else qm.block,
@@ -111,10 +112,12 @@ def measure(bits: int, act: str, qm=None, x=None, exclude: frozenset = frozenset
         iters[spec.variant] = max(1, min(CALIB_ITERS, int(BUDGET_S / CALIB_ROUNDS / max(first, 1e-9))))
     rounds: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
+    sessions = {spec.variant: spec for spec in kernels.variants(bits, act)}
     for r in range(CALIB_ROUNDS):
         for name in names[r % len(names):] + names[:r % len(names)] if names else []:
             run = runs[name]
-            rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, warm).best_avg_us)
+            with sessions[name].session(threads):
+                rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, warm).best_avg_us)
     return {name: robust(samples) for name, samples in rounds.items()}
 
 
@@ -149,7 +152,7 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool
     if not recalibrate and isinstance(entry, dict) and entry.get("variant") in {s.variant for s in found}:
         return Choice(kernels.get(bits, act, entry["variant"]), "cached", entry.get("timings_us", {}),
                       entry.get("spread", {}))
-    timings = measure(bits, act, qm, x, exclude)
+    timings = measure(bits, act, qm, x, exclude, threads)
     if not timings:
         raise CalibrationFailed(f"no w{bits} {act} variant passed verification during calibration")
     best, clear = decide(timings)

@@ -119,7 +119,9 @@ def main() -> None:
 @main.command()
 @click.option("--M", "M", metavar="INT", help="Output rows (default 4096; env MNN_GEMVBW_M).")
 @click.option("--K", "K", metavar="INT", help="Input columns (default 14336; env MNN_GEMVBW_K).")
-@click.option("--bits", metavar="LIST", help="Bit widths, comma list of 8,4,3,2 (default all; env MNN_GEMVBW_BITS).")
+@click.option("--bits", metavar="LIST",
+              help="Bit widths, comma list of 8,4,3,2 (default) and the unquantized baselines 16 (fp16) and 32 (fp32); "
+                   "env MNN_GEMVBW_BITS.")
 @click.option("--block", metavar="INT", help="Quantization block along K, a multiple of 8 (default 64; env MNN_GEMVBW_BLOCK).")
 @click.option("--threads", metavar="INT",
               help="Threads (default: CPUs in the affinity mask, what taskset sets; env MNN_GEMVBW_THREADS).")
@@ -216,7 +218,7 @@ def sweep(fmt: str, **flags) -> None:
 @main.command()
 @click.argument("name", metavar="NAME|PATH", required=False)
 @click.option("--config", "config_path", metavar="PATH", help="A model preset file (instead of NAME).")
-@click.option("--bits", metavar="LIST", help="Bit widths (default 8,4,3,2).")
+@click.option("--bits", metavar="LIST", help="Bit widths (default 8,4,3,2; 16 and 32 for fp16 and fp32 weights).")
 @click.option("--block", metavar="INT", help="Quantization block (default 64).")
 @click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
 @click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
@@ -346,7 +348,7 @@ def info(fmt: str, root: str) -> None:
 
 
 @main.command()
-@click.option("--bits", metavar="W", help="One bit width: 8, 4, 3 or 2 (default 4; env MNN_GEMVBW_BITS).")
+@click.option("--bits", metavar="W", help="One bit width: 32, 16, 8, 4, 3 or 2 (default 4; env MNN_GEMVBW_BITS).")
 @click.option("--M", "M", metavar="INT", help="Output rows (default 4096; env MNN_GEMVBW_M).")
 @click.option("--K", "K", metavar="INT", help="Input columns (default 14336; env MNN_GEMVBW_K).")
 @click.option("--block", metavar="INT", help="Quantization block (default 64).")

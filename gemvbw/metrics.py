@@ -8,8 +8,14 @@ from __future__ import annotations
 import math
 
 
+FLOAT_BITS = (32, 16)  # unquantized fp32 and fp16 weights: no blocks, no metadata
+
+
 def logical_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:
-    """Packed codes plus one (scale, offset) pair per row and block: ceil(M*K*bits/8) + M*blocks*2*meta_bytes."""
+    """Packed codes plus one (scale, offset) pair per row and block: ceil(M*K*bits/8) + M*blocks*2*meta_bytes.
+    Unquantized weights (bits 16 and 32) have no metadata: M*K*2 and M*K*4."""
+    if bits in FLOAT_BITS:
+        return M * K * bits // 8
     blocks = -(-K // block)
     return -(-(M * K * bits) // 8) + M * blocks * 2 * meta_bytes
 

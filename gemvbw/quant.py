@@ -17,6 +17,10 @@ granule):
   1-bit plane of the high bit (byte j holds bit 2 of codes j + p*Lp/8 in bit p,
   Lp/8 bytes): 3 bits per weight, no padding to 4.
 
+The unquantized baselines, w32 (fp32) and w16 (fp16, kept as its raw uint16 bits),
+are a :class:`FloatMatrix`: the weights themselves, row-major, no blocks and no
+metadata, with the same interface where it applies.
+
 Metadata (scale, offset) is float16 by default (``meta_bytes=2``), stored as its
 raw uint16 bits because numba cannot load float16 arrays on the CPU; the
 kernels convert it in registers, so they read exactly the bytes counted.
@@ -28,8 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUPPORTED_BITS = (8, 4, 3, 2)
+from gemvbw.metrics import FLOAT_BITS
+
+SUPPORTED_BITS = (8, 4, 3, 2)  # block-wise quantized
+ALL_BITS = FLOAT_BITS + SUPPORTED_BITS  # with the unquantized baselines, fp32 and fp16
 SUPPORTED_META_BYTES = (2, 4)
+FP16_MAX = 65504.0
 BLOCK_GRANULE = 8  # a block must be a multiple of this so every layout tiles it
 
 # codes per layout granule: the last block is padded up to a multiple of this
@@ -197,13 +205,16 @@ def check_format(M: int, K: int, bits: int, block: int, meta_bytes: int) -> None
         raise ValueError(f"M and K must be positive, got M={M}, K={K}")
 
 
-def quantize(W: np.ndarray, bits: int = 4, block: int = 64, meta_bytes: int = 2) -> QuantizedMatrix:
-    """Quantize a float (M, K) matrix with per-block min/max affine codes.
+def quantize(W: np.ndarray, bits: int = 4, block: int = 64, meta_bytes: int = 2) -> QuantizedMatrix | FloatMatrix:
+    """Quantize a float (M, K) matrix with per-block min/max affine codes (bits 32 and 16: keep it as fp32 or
+    fp16 weights, see :func:`float_matrix`).
 
     offset = block min, scale = (max - min) / (2**bits - 1), q = round((w - offset) / scale),
     computed with the *stored* (rounded) metadata so that ``|w - dequantized| <= scale/2``
     up to metadata rounding.
     """
+    if bits in FLOAT_BITS:
+        return float_matrix(W, bits)
     W = np.asarray(W, dtype=np.float32)
     if W.ndim != 2:
         raise ValueError(f"W must be 2-D (M, K), got shape {W.shape}")
@@ -246,13 +257,16 @@ def _pack_rows(q: np.ndarray, bits: int, block: int) -> np.ndarray:
 
 def random_quantized(
     M: int, K: int, bits: int = 4, block: int = 64, meta_bytes: int = 2, seed: int = 0
-) -> QuantizedMatrix:
-    """A random packed matrix, generated directly in packed form.
+) -> QuantizedMatrix | FloatMatrix:
+    """A random packed matrix, generated directly in packed form (for bits 32 and 16, unquantized weights:
+    :func:`random_float_matrix`; block and meta_bytes do not apply).
 
     No (M, K) float matrix is made, so an lm_head-sized matrix costs only its
     packed bytes. Scales are positive and offsets centre the codes around zero,
     so the weights look like a real layer's (|w| ~ 0.05).
     """
+    if bits in FLOAT_BITS:
+        return random_float_matrix(M, K, bits, seed)
     check_format(M, K, bits, block, meta_bytes)
     rng = np.random.default_rng(seed)
     nfull, last = divmod(K, block)
@@ -278,3 +292,68 @@ def random_quantized(
 def random_activations(K: int, seed: int = 0) -> np.ndarray:
     """A float32 activation vector x of length K."""
     return np.random.default_rng(seed + 1_000_003).standard_normal(K).astype(np.float32)
+
+
+@dataclass(frozen=True, eq=False)
+class FloatMatrix:
+    """An M x K matrix of unquantized weights: fp32 (bits 32, float32 values) or fp16 (bits 16, the raw
+    uint16 bits, converted inside the kernels as the quantized formats' metadata is). ``block`` is K and
+    ``meta_bytes`` 0: a row is one block without scale or offset."""
+
+    M: int
+    K: int
+    bits: int
+    weights: np.ndarray
+
+    block = property(lambda self: self.K)
+    meta_bytes = 0
+
+    @property
+    def logical_bytes(self) -> int:
+        from gemvbw.metrics import logical_bytes
+
+        return logical_bytes(self.M, self.K, self.bits, self.K, 0)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weights.nbytes
+
+    def dequantize(self, rows: slice = slice(None), dtype=np.float32) -> np.ndarray:
+        w = self.weights[rows]
+        return (w.view(np.float16) if self.bits == 16 else w).astype(dtype)
+
+
+def float_matrix(W: np.ndarray, bits: int) -> FloatMatrix:
+    """fp32 or fp16 weights from a float (M, K) matrix; fp16 refuses values it cannot hold."""
+    W = np.asarray(W, dtype=np.float32)
+    if W.ndim != 2:
+        raise ValueError(f"W must be 2-D (M, K), got shape {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ValueError("W contains NaN or infinity")
+    if bits == 32:
+        return FloatMatrix(W.shape[0], W.shape[1], 32, np.ascontiguousarray(W))
+    if bits == 16:
+        if W.size and np.abs(W).max() > FP16_MAX:
+            raise ValueError(f"W has values beyond float16's range (|w| > {FP16_MAX:g}); use bits=32")
+        return FloatMatrix(W.shape[0], W.shape[1], 16, W.astype(np.float16).view(np.uint16))
+    raise ValueError(f"unquantized weights are bits 32 or 16, got {bits}")
+
+
+def random_float_matrix(M: int, K: int, bits: int, seed: int = 0, rows_per_chunk: int = 256) -> FloatMatrix:
+    """Random fp32 or fp16 weights (|w| ~ 0.02, like a real layer's), holding one full copy at most:
+    fp32 is drawn in place, fp16 a chunk of rows at a time."""
+    if M <= 0 or K <= 0:
+        raise ValueError(f"M and K must be positive, got M={M}, K={K}")
+    rng = np.random.default_rng(seed)
+    if bits == 32:
+        w = rng.standard_normal((M, K), dtype=np.float32)
+        w *= np.float32(0.02)
+        return FloatMatrix(M, K, 32, w)
+    if bits != 16:
+        raise ValueError(f"unquantized weights are bits 32 or 16, got {bits}")
+    out = np.empty((M, K), np.uint16)
+    for r0 in range(0, M, rows_per_chunk):
+        chunk = rng.standard_normal((min(rows_per_chunk, M - r0), K), dtype=np.float32)
+        chunk *= np.float32(0.02)
+        out[r0:r0 + chunk.shape[0]] = chunk.astype(np.float16).view(np.uint16)
+    return FloatMatrix(M, K, 16, out)

@@ -141,13 +141,14 @@ class KernelFailure:
     message: str
     max_rel_err: float | None = None
     tolerance: float | None = None
+    act: str = ""  # the activations it was run with ("" when it failed before one was chosen)
 
     @property
     def type(self) -> str:
         return f"w{self.bits}"
 
     def to_dict(self) -> dict:
-        return {"bits": self.bits, "M": self.M, "K": self.K, "variant": self.variant, "verified": False,
+        return {"bits": self.bits, "M": self.M, "K": self.K, "variant": self.variant, "act": self.act, "verified": False,
                 "max_rel_err": self.max_rel_err, "tolerance": self.tolerance, "error": self.message}
 
 

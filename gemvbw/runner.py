@@ -154,18 +154,24 @@ class Sweep:
         self._measure(choice.spec, qm, x, y, reference, flusher, llc, act_err)
 
     def _measure(self, spec, qm, x, y, reference, flusher, llc, act_err=None) -> bool:
-        """Verify, then time; False when the kernel failed (its failed row is recorded)."""
+        """Verify, then time (in the variant's session: numpy's BLAS threads for blas); False when the
+        kernel failed (its failed row is recorded)."""
+        with spec.session(self.settings.threads):
+            return self._measure_in_session(spec, qm, x, y, reference, flusher, llc, act_err)
+
+    def _measure_in_session(self, spec, qm, x, y, reference, flusher, llc, act_err=None) -> bool:
         s, rec = self.settings, self.record
         try:
             check = verify(spec, qm, x, reference)
         except Exception as exc:  # a kernel that cannot run is a failed row, not a crash
-            self._fail(KernelFailure(qm.bits, qm.M, qm.K, spec.variant, f"kernel raised {type(exc).__name__}: {exc}"))
+            self._fail(KernelFailure(qm.bits, qm.M, qm.K, spec.variant, f"kernel raised {type(exc).__name__}: {exc}",
+                                     act=spec.act))
             return False
         if not check.ok:
             self._fail(KernelFailure(
                 qm.bits, qm.M, qm.K, spec.variant,
                 f"FAILED verification: max rel err {check.max_rel_err:.2e} > tolerance {check.tolerance:.0e}",
-                check.max_rel_err, check.tolerance,
+                check.max_rel_err, check.tolerance, act=spec.act,
             ))
             return False
         run = spec.bind(qm)
@@ -192,6 +198,8 @@ class Sweep:
         notes += tuple(Note(code, message, "let the device cool, set the performance governor where you may, "
                             "and compare with gemvbw soak")
                        for code, message in frequency_findings(samples, self.sampler.max_mhz))
+        if spec.facts is not None:
+            notes += (Note("library", f"ran {spec.facts()}", "compare with the numba variants of the same width"),)
         result = replace(result, notes=notes, samples=tuple(samples))
         rec.results.append(result)
         self.reporter.result(rec, result)

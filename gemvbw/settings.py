@@ -18,7 +18,7 @@ from typing import Mapping
 
 from gemvbw import system
 from gemvbw.system import format_cpus  # noqa: F401  (re-exported)
-from gemvbw.quant import BLOCK_GRANULE, SUPPORTED_BITS, row_nbytes, num_blocks
+from gemvbw.quant import ALL_BITS, BLOCK_GRANULE, FLOAT_BITS, row_nbytes, num_blocks
 
 ENV_VARS = {
     "M": "MNN_GEMVBW_M",
@@ -143,13 +143,13 @@ def parse_seconds(raw: str) -> float:
 
 def parse_bits(raw: str, from_env: bool) -> tuple[int, ...]:
     src = _source("bits", from_env)
-    allowed = ",".join(map(str, SUPPORTED_BITS))
+    allowed = ",".join(map(str, ALL_BITS))
     items = [s.strip() for s in raw.split(",")]
     if not raw.strip() or any(not s for s in items):
         raise SettingsError(src, f"{raw!r} lists no bit width; use a comma list of {allowed}, e.g. {_example('bits', from_env)}")
     out = []
     for s in items:
-        if not _INT.match(s) or int(s) not in SUPPORTED_BITS:
+        if not _INT.match(s) or int(s) not in ALL_BITS:
             raise SettingsError(src, f"{s!r} is not a supported width; use one or more of {allowed}, e.g. {_example('bits', from_env)}")
         b = int(s)
         if b in out:
@@ -265,6 +265,10 @@ def check_act(act: str, bits: tuple[int, ...], block: int) -> str:
         raise SettingsError("--act", f"{act!r} is not one of {', '.join(ACTS)}; use e.g. --act auto")
     if act != "i8":
         return act
+    unquantized = [f"w{b}" for b in bits if b in FLOAT_BITS]
+    if unquantized:
+        raise SettingsError("--act", f"{' and '.join(unquantized)} are unquantized weights, multiplied with f32 "
+                                     "activations; use --act auto (int8 where it applies) or drop them from --bits")
     for b in bits:
         missing = kernels.int8_unavailable(b, block)
         if missing is not None:
@@ -302,7 +306,10 @@ def check_kernel(kernel: str, bits: tuple[int, ...], act: str, block: int = 64) 
 
 
 def weight_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:
-    """Bytes a packed matrix really occupies (codes with last-block padding, plus metadata)."""
+    """Bytes a packed matrix really occupies (codes with last-block padding, plus metadata; fp32 and fp16
+    weights, their M*K values)."""
+    if bits in FLOAT_BITS:
+        return M * K * bits // 8
     return M * row_nbytes(K, bits, block) + 2 * M * num_blocks(K, block) * meta_bytes
 
 

@@ -18,7 +18,7 @@ def small_calibration(monkeypatch, tmp_path):
 
 def fixed(timings):
     """A measure() that returns given round timings (us) instead of timing anything."""
-    def measure(bits, act, qm=None, x=None, exclude=frozenset()):
+    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1):
         return {name: calibrate.robust(rounds) for name, rounds in timings.items() if name not in exclude}
     return measure
 
@@ -74,18 +74,27 @@ def test_thread_count_and_shape_are_part_of_the_key(small_calibration):
     assert calibrate.machine_key(4, "f32", 1, (64, 256, 64, 2)) != calibrate.machine_key(4, "f32", 1, (64, 512, 64, 2))
 
 
-def test_choice_is_made_on_the_given_shape(small_calibration):
+def test_choice_is_made_on_the_given_shape(small_calibration, monkeypatch):
     from gemvbw.quant import random_activations, random_quantized
 
+    shapes = []
+
+    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1):
+        shapes.append((qm.M, qm.K))
+        return {"ref": calibrate.robust([20] * 5), "rows4": calibrate.robust([10] * 5)}
+
+    monkeypatch.setattr(calibrate, "measure", measure)
     qm = random_quantized(40, 320, bits=3)
     choice = calibrate.choose(3, "f32", 1, qm, random_activations(320))
+    assert shapes == [(40, 320)] and choice.spec.variant == "rows4"
     assert choice.source == "calibrated now"
     doc = json.loads((small_calibration / "calibration.json").read_text())
     assert [e["shape"] for e in doc.values()] == [[40, 320, 64, 2]]
     assert calibrate.choose(3, "f32", 1, qm, random_activations(320)).source == "cached"
 
 
-def test_unreadable_cache_is_measured_again(small_calibration):
+def test_unreadable_cache_is_measured_again(small_calibration, monkeypatch):
+    monkeypatch.setattr(calibrate, "measure", fixed({"ref": [20] * 5, "rows4": [10] * 5}))
     (small_calibration / "calibration.json").write_text("{broken")
     assert calibrate.choose(8, "f32", 1).source == "calibrated now"
 

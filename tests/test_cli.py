@@ -160,9 +160,9 @@ def test_failing_kernel_is_an_error_row_and_exit_1(monkeypatch):
     try:
         res = run(TINY + ["--bits", "4", "--kernel", "all", "--format", "mnn"])
         assert res.exit_code == 1
-        row = [l for l in res.stdout.splitlines() if l.startswith("w4 broken")][0]
+        row = [l for l in res.stdout.splitlines() if l.startswith("w4 f32 broken")][0]  # --kernel all: f32 and i8
         assert "FAILED verification" in row and "GB/s" not in row
-        assert [l for l in res.stdout.splitlines() if l.startswith("w4 ref |")]
+        assert [l for l in res.stdout.splitlines() if l.startswith("w4 f32 ref |")]
         res = run(TINY + ["--bits", "4", "--kernel", "broken", "--format", "json"])
         assert res.exit_code == 1
         doc = json.loads(res.stdout)
@@ -335,3 +335,28 @@ def test_blas_threads_default_to_one_unless_set():
     out = subprocess.run([sys.executable, "-c", probe], env={**env, "OPENBLAS_NUM_THREADS": "3"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["3", "1"]
+
+
+def test_unquantized_baselines_beside_the_quantized_widths():
+    res = run(["sweep", "--M", "64", "--K", "256", "--bits", "32,16,8,4", "--iters", "2", "--reps", "1",
+               "--flush-mib", "1", "--threads", "1", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    rows = {r["bits"]: r for r in doc["results"]}
+    assert [r["bits"] for r in doc["results"]] == [32, 16, 8, 4] and all(r["verified"] for r in rows.values())
+    assert [rows[b]["bytes_per_elem"] for b in (32, 16, 8, 4)] == [4.0, 2.0, 1.0625, 0.5625]
+    assert [rows[b]["ai"] for b in (32, 16)] == [0.5, 1.0]
+    assert rows[32]["act"] == rows[16]["act"] == "f32"
+    assert doc["act_choice"]["w16"] == [{"act": "f32", "why": "f32 activations: unquantized weights are multiplied "
+                                                             "in float"}]
+    mnn = run(["sweep", "--M", "64", "--K", "256", "--bits", "32", "--kernel", "all", "--iters", "2", "--reps", "1",
+               "--flush-mib", "1", "--threads", "1", "--format", "mnn"]).stdout
+    assert "w32 blas |" in mnn and "w32 rows4 |" in mnn and "w32 ref |" in mnn
+    assert "w32 blas: ran openblas" in mnn or "w32 blas: ran " in mnn
+
+
+def test_unquantized_widths_have_no_int8_activations():
+    res = run(TINY + ["--bits", "16", "--act", "i8"])
+    assert res.exit_code == 2 and "--act: w16 are unquantized weights" in res.stderr
+    res = run(TINY + ["--bits", "33"])
+    assert res.exit_code == 2 and "32,16,8,4,3,2" in res.stderr

@@ -14,7 +14,7 @@ from gemvbw.quant import quantize, random_activations, random_quantized
 from gemvbw.verify import reference_gemv, verify
 
 SHAPES = [(1, 8, 8), (7, 64, 64), (13, 100, 64), (33, 1000, 64), (5, 37, 8), (16, 200, 32), (3, 64, 128)]
-ALL_SPECS = [s for act in ("f32", "i8") for b in (8, 4, 3, 2) for s in kernels.variants(b, act)]
+ALL_SPECS = [s for act in ("f32", "i8") for b in (32, 16, 8, 4, 3, 2) for s in kernels.variants(b, act)]
 # Under emulation (the aarch64 stage of CI) compiling is about 8x slower and dominates: there the f32 loops,
 # which no tier changes, are checked with fp16 metadata only; every int8 tier with both.
 EMULATED = os.environ.get("GEMVBW_EMULATED_CPU") is not None
@@ -46,11 +46,25 @@ def test_kernel_matches_reference(spec, M, K, block, meta_bytes):
         pytest.skip(f"{spec_id(spec)} handles blocks {spec.blocks}")
     if EMULATED and spec.act == "f32" and meta_bytes == 4:
         pytest.skip("emulated: the f32 loops are checked with fp16 metadata only (compiling is 8x slower)")
+    if spec.bits in (32, 16) and (meta_bytes == 4 or block != 64):
+        pytest.skip("unquantized weights have no blocks and no metadata: checked once per shape")
     qm = random_quantized(M, K, bits=spec.bits, block=block, meta_bytes=meta_bytes, seed=M + K)
     x = random_activations(K, seed=K)
     result = verify(spec, qm, x)
     assert result.ok, f"max rel err {result.max_rel_err}"
     assert result.max_rel_err < 1e-5
+
+
+def test_blas_runs_with_the_threads_asked_for_that_row_and_restores_them():
+    from threadpoolctl import threadpool_info
+
+    spec = kernels.get(32, "f32", "blas")
+    before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    with spec.session(2):
+        inside = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+        assert "2 thread(s)" in spec.facts() or not inside
+    assert inside == [2] * len(inside)
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -39,3 +39,10 @@ def test_statistics():
     assert metrics.median([3, 1, 2]) == 2
     assert metrics.sample_sd([1.0]) == 0.0
     assert metrics.cv(xs) == pytest.approx(2.138089935299395 / 5)
+
+
+@pytest.mark.parametrize("bits,nbytes,bpe,ai", [(32, 4096 * 14336 * 4, 4.0, 0.5), (16, 4096 * 14336 * 2, 2.0, 1.0)])
+def test_unquantized_weights_count_no_metadata(bits, nbytes, bpe, ai):
+    lb = metrics.logical_bytes(4096, 14336, bits, 64, 2)  # block and metadata size do not apply
+    assert lb == nbytes
+    assert metrics.bytes_per_elem(lb, 4096, 14336) == bpe and metrics.ai(bpe) == ai

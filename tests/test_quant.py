@@ -103,3 +103,32 @@ def test_random_quantized_never_holds_an_M_by_K_float_matrix():
 def test_bad_format_rejected(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         random_quantized(4, 64, **kwargs)
+
+
+@pytest.mark.parametrize("bits,dtype", [(32, np.float32), (16, np.uint16)])
+def test_unquantized_baselines(bits, dtype):
+    from gemvbw.quant import FloatMatrix, float_matrix
+
+    W = np.array([[0.5, -1.25, 3.0], [65504.0, 1e-3, 0.0]], np.float32)
+    fm = quantize(W, bits=bits)
+    assert isinstance(fm, FloatMatrix) and fm.weights.dtype == dtype and fm.weights.shape == (2, 3)
+    assert fm.logical_bytes == fm.nbytes == 2 * 3 * bits // 8 and fm.block == 3 and fm.meta_bytes == 0
+    expected = W if bits == 32 else W.astype(np.float16).astype(np.float32)
+    assert np.array_equal(fm.dequantize(), expected) and fm.dequantize(slice(1, 2), np.float64).shape == (1, 3)
+    if bits == 16:
+        with pytest.raises(ValueError, match="beyond float16's range"):
+            float_matrix(np.array([[70000.0]], np.float32), 16)
+
+
+def test_random_fp16_holds_one_copy_of_the_weights():
+    M, K = 4096, 2048
+    tracemalloc.start()
+    fm = random_quantized(M, K, bits=16, seed=3)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert fm.weights.dtype == np.uint16 and fm.nbytes == M * K * 2
+    # the weights, plus one chunk of 256 rows drawn as float32 at a time (and its temporaries): well under the
+    # float32 M x K matrix that generating the whole thing at once would hold
+    assert peak < fm.nbytes + 4 * (256 * K * 4) < M * K * 4
+    w = fm.dequantize()
+    assert np.all(np.isfinite(w)) and 0.015 < float(w.std()) < 0.025

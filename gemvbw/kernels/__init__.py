@@ -8,10 +8,11 @@ width is the simple loop: the baseline other variants are measured against.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from gemvbw.kernels.w2 import gemv_w2_ref, gemv_w2_rows4
 from gemvbw.kernels.w3 import gemv_w3_ref, gemv_w3_rows4
 from gemvbw.kernels.w4 import gemv_w4_ref, gemv_w4_rows4
 from gemvbw.kernels.w8 import gemv_w8_ref, gemv_w8_rows4
+from gemvbw.metrics import FLOAT_BITS
 from gemvbw.quant import QuantizedMatrix
 
 Runner = Callable[[np.ndarray, np.ndarray], None]
@@ -55,6 +57,13 @@ class KernelSpec:
     activations: Callable[[np.ndarray, int], np.ndarray] | None = None
     # blocks the kernel handles (None: any multiple of 8)
     blocks: tuple[int, ...] | None = None
+    # a context the variant is verified and timed in, given the thread count (numpy's BLAS threads)
+    context: Callable[[int], ContextManager] | None = None
+    # what ran, said beside its row (which BLAS, with how many threads)
+    facts: Callable[[], str] | None = None
+
+    def session(self, threads: int) -> ContextManager:
+        return self.context(threads) if self.context is not None else contextlib.nullcontext()
 
     def reference_x(self, x: np.ndarray, block: int) -> np.ndarray:
         return x if self.activations is None else self.activations(x, block)
@@ -197,10 +206,40 @@ def _register_i8() -> None:
         register(spec)
 
 
+def _float_binder(fn, chunked: bool) -> Callable[[QuantizedMatrix], Runner]:
+    """run(x, y) for the unquantized baselines: the kernel takes the weights, x, y (and row chunks)."""
+    def bind(qm) -> Runner:
+        W = qm.weights
+        x0, y0 = typed_like(qm)
+        extra = (4 * numba.get_num_threads(),) if chunked else ()
+        call = compiled(fn, W, x0, y0, *extra)
+
+        def run(x: np.ndarray, y: np.ndarray) -> None:
+            check_xy(x, y)
+            call(W, x, y, *extra)
+
+        return run
+
+    return bind
+
+
+def _register_float() -> None:
+    from gemvbw.kernels import wfloat
+
+    for bits, ref, rows4 in ((32, wfloat.gemv_w32_ref, wfloat.gemv_w32_rows4),
+                             (16, wfloat.gemv_w16_ref, wfloat.gemv_w16_rows4)):
+        register(KernelSpec(bits, "f32", "ref", _describe(ref), _float_binder(ref, False)))
+        register(KernelSpec(bits, "f32", "rows4", _describe(rows4), _float_binder(rows4, True), priority=1))
+    register(KernelSpec(32, "f32", "blas", "numpy's W @ x on the float32 matrix (the BLAS numpy links), as many "
+                        "BLAS threads as the run's", wfloat.bind_blas, context=wfloat.blas_threads,
+                        facts=wfloat.blas_facts))
+
+
 for _bits, _ref, _rows4 in ((8, gemv_w8_ref, gemv_w8_rows4), (4, gemv_w4_ref, gemv_w4_rows4),
                             (3, gemv_w3_ref, gemv_w3_rows4), (2, gemv_w2_ref, gemv_w2_rows4)):
     register(KernelSpec(_bits, "f32", "ref", _describe(_ref), _binder(_ref)))
     register(KernelSpec(_bits, "f32", "rows4", _describe(_rows4), _chunked_binder(_rows4), priority=1))
+_register_float()
 _register_i8()
 
 
@@ -222,6 +261,8 @@ def int8_unavailable(bits: int, block: int) -> str | None:
 def acts_for(bits: int, block: int, act: str, kernel: str = "auto") -> list[tuple[str, str]]:
     """The activation types a width runs with, each with why: --act auto takes int8 where an int8 kernel
     exists for this CPU, width and block, f32 otherwise; with --kernel all, f32 and int8 both."""
+    if bits in FLOAT_BITS:
+        return [("f32", "f32 activations: unquantized weights are multiplied in float")]
     if act != "auto":
         return [(act, f"--act {act}")]
     missing = int8_unavailable(bits, block)

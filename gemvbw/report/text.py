@@ -21,8 +21,13 @@ EXPLANATIONS = [
 
 
 def label(item: KernelResult | KernelFailure, record: SweepRecord) -> str:
-    """'w4', or 'w4 ref' when several variants of a width are swept."""
-    return f"{item.type} {item.variant}" if record.settings.get("kernel") == "all" else item.type
+    """'w4', 'w4 i8' when the run mixes activation types (--act auto with unquantized widths), 'w4 ref' when
+    several variants of a width are swept."""
+    name = item.type
+    act = getattr(item, "act", None)
+    if act and len({a["act"] for choices in record.act_choice.values() for a in choices}) > 1:
+        name += f" {act}"
+    return f"{name} {item.variant}" if record.settings.get("kernel") == "all" else name
 
 
 def header_lines(record: SweepRecord) -> list[str]:
