@@ -56,10 +56,7 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     if spec.variant.startswith(kernels.PACKED_PREFIX):
         tier = spec.variant.removeprefix(kernels.PACKED_PREFIX)
         fn = packed.gemv_packed
-        prim = packed.PRIMITIVES[tier]
-        pc, pm, npairs = packed.pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, qm.K, tier)
-        args = (packed.KernelTag(tier, spec.bits), pc, pm, npairs, packed.act_order(spec.bits, prim.vector_bytes),
-                prim.vector_bytes // 2, qm.codes, qm.scale_raw, qm.offset_raw, x, 64, y, 8)
+        args = packed.kernel_args(tier, qm, x, y, 8)
     else:
         from gemvbw.kernels import w2, w3, w4, w8
 

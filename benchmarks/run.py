@@ -230,6 +230,14 @@ def main() -> int:
         i8[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, "--threads", str(t))
         warm[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
                          *it, "--threads", str(t))
+    walls = {}
+    for t in counts:  # each tier against a plain read of the same bytes, interleaved (the wall it had)
+        with tempfile.TemporaryDirectory() as d:
+            md = Path(d) / "wall.md"
+            print(f"+ benchmarks/wall.py --threads {t}", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, str(HERE / "wall.py"), "--threads", str(t), "--md", str(md)], check=True,
+                           stdout=subprocess.DEVNULL)
+            walls[t] = md.read_text().splitlines()
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
@@ -267,6 +275,10 @@ def main() -> int:
                   "--shape ...`)", ""]
         lines += ["### The bars at 4096x14336, cold", ""]
         lines += bars(i8[t], best_of(mnn_runs[t], "4096x14336") if t in mnn_runs else None)
+        lines += ["### Against the wall it had (`benchmarks/wall.py`)", "",
+                  "The read roofline above is taken once, before the sweep; this machine's bandwidth moves while "
+                  "a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "
+                  "interleaved, cold, in one process:", ""] + walls[t] + [""]
         for shape in SHAPES:
             lines += shape_table(i8[t], shape)
         lines += ["### Warm (`--flush-mib 0`), 4096x14336", ""] + shape_table(warm[t], "4096x14336")[2:]

@@ -190,7 +190,7 @@ def _stored_high_bits(new, V):
 def test_repacked_layout_holds_the_same_bytes(tier, bits, meta_bytes):
     # repacking is plain numba code, so every tier's layout is checked here, whatever this CPU runs
     M, K = 10, 64 * 7 + 24  # two rows outside the row groups, an odd full block and a short one left over
-    V = packed.PRIMITIVES[tier].vector_bytes
+    V = packed.layout_bytes(packed.PRIMITIVES[tier])
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits)
     pc, pm, npairs = packed.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, tier)
     order = packed.pair_order(bits, V)

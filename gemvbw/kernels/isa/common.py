@@ -63,12 +63,13 @@ def halves(builder, v):
     return lo, hi
 
 
-def prefetch(context, builder, arrty, arr, offset, nbytes: int) -> None:
-    """Ask for the cache lines of arr[offset:offset+nbytes]: a hint that never faults, even past the end."""
+def prefetch(context, builder, arrty, arr, offset, nbytes: int, locality: int = 0) -> None:
+    """Ask for the cache lines of arr[offset:offset+nbytes]: a hint that never faults, even past the end.
+    locality 0 (prefetchnta, used once) to 3 (prefetcht0, keep in every level)."""
     f = fn(builder, "llvm.prefetch.p0", ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
-    for line in range(0, nbytes, 64):  # read, no temporal locality (used once), data cache
+    for line in range(0, nbytes, 64):  # read, the given locality, data cache
         p = ptr(context, builder, arrty, arr, off(builder, offset, line), I8)
-        builder.call(f, [p, const(0), const(0), const(1)])
+        builder.call(f, [p, const(0), const(locality), const(1)])
 
 
 def meta8(context, builder, mty, meta, mofs):

@@ -40,6 +40,7 @@ class NeonDotprod:
     vector_bytes = 16
     w8_codes = "s8"
     signed_codes = True
+    byte_shifts = True  # ushr on .16b
     prefetch_ahead = _PREFETCH
 
     def dot(self, builder, terms, code_max):
@@ -62,6 +63,7 @@ class Neon:
     vector_bytes = 16
     w8_codes = "s8"
     signed_codes = True
+    byte_shifts = True  # ushr on .16b
     prefetch_ahead = _PREFETCH
 
     def dot(self, builder, terms, code_max):

@@ -23,6 +23,7 @@ class Avx2:
     vector_bytes = 32
     w8_codes = "s8"  # stored as c - 128, for the sign trick
     signed_codes = False  # the codes operand is unsigned: no -1/0 terms
+    byte_shifts = False  # x86 shifts 16-bit lanes at the narrowest
     # bytes ahead in the codes stream to prefetch, per width (0: none). Measured on a Zen 3, 4096x14336,
     # 2 threads, cold, against prefetching the lines being loaded: w4 1.12-1.16x, w3 1.09-1.27x, w2 1.13-1.25x,
     # flat from 1 to 8 KiB; w8 lost (0.87-0.96x).
@@ -69,13 +70,16 @@ class Vnni:
     vector_bytes = 32
     w8_codes = "u8"
     signed_codes = False
+    byte_shifts = False
     prefetch_ahead = Avx2.prefetch_ahead
 
     def dot(self, builder, terms, code_max):
-        dpbusd = fn(builder, "llvm.x86.avx512.vpdpbusd.256", V8I32, [V8I32, V8I32, V8I32])
-        acc = splat(V8I32, 0)
-        for c, x in terms:  # the intrinsic takes the bytes as <8 x i32>
-            acc = builder.call(dpbusd, [acc, builder.bitcast(c, V8I32), builder.bitcast(x, V8I32)])
+        lanes = terms[0][0].type.count // 4  # 8 on 256-bit registers, 16 on 512-bit ones
+        vt = vec(I32, lanes)
+        dpbusd = fn(builder, f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", vt, [vt, vt, vt])
+        acc = splat(vt, 0)
+        for c, x in terms:  # the intrinsic takes the bytes as i32 lanes
+            acc = builder.call(dpbusd, [acc, builder.bitcast(c, vt), builder.bitcast(x, vt)])
         return acc
 
     reduce4 = Avx2.reduce4
@@ -86,3 +90,18 @@ class AvxVnni(Vnni):
     LLVM picks the encoding from the target: this tier is Vnni's code where only avxvnni is present."""
 
     tier = "avxvnni"
+
+
+class Vnni512(Vnni):
+    """AVX-512 VNNI on 512-bit registers over the 256-bit layout: two of its vectors per instruction (w8, w4:
+    two chunks of a row, their halves folded after; w2: two rows at once). w3, whose row pair is 48 bytes,
+    stays on 256-bit registers. On Zen 4 a 512-bit operation issues as two 256-bit halves, so it saves
+    instructions, not ALU work; on Intel's server cores it does both."""
+
+    tier = "avx512vnni-zmm"
+    layout_bytes = 32
+    vector_bytes = 32
+
+    @staticmethod
+    def compute_bytes(bits: int) -> int:
+        return 32 if bits == 3 else 64

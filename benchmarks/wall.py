@@ -1,0 +1,79 @@
+"""Each int8 tier against the memory wall measured the way the kernels are: a plain read of the same bytes.
+
+    python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--md PATH]
+
+The sweep's read roofline is taken once, at the start, over a 256 MiB buffer with no flush.
+On a shared machine the bandwidth moves while a sweep runs (seen here: 30 and 57 GB/s within
+minutes), so a kernel's %read can mislead. This script times, in one process and interleaved
+round by round (each round in a rotated order), every int8 tier and a multithreaded read of
+exactly the kernel's logical bytes, each after the same 64 MiB flush, 20 calls per round, and
+reports the medians and each tier's share of the read: how close the kernel is to the wall
+it actually had. Nothing here is asserted; run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numba
+import numpy as np
+
+from gemvbw import kernels, system
+from gemvbw.harness import CacheFlusher, time_groups
+from gemvbw.quant import random_activations, random_quantized
+from gemvbw.roofline import _parallel_sum
+
+
+def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
+    """Median cold latency (us) per tier and of the plain read ('read'), interleaved."""
+    x = random_activations(K, 0)
+    y = np.empty(M, np.float32)
+    qm = random_quantized(M, K, bits, seed=bits)
+    buf = np.ones(qm.logical_bytes // 4, np.float32)
+    read = kernels.compiled(_parallel_sum, buf, 8 * threads)
+    runs = {"read": lambda: read(buf, 8 * threads)}
+    for spec in kernels.variants(bits, "i8"):
+        run = spec.bind(qm)
+        runs[spec.variant] = lambda run=run: run(x, y)
+    for f in runs.values():
+        f()  # compiled and warm
+    flush = CacheFlusher(64)
+    names = list(runs)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            samples[n].append(time_groups(runs[n], calls, 1, flush).best_avg_us)
+    return {n: statistics.median(v) for n, v in samples.items()} | {"_bytes": qm.logical_bytes}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="4096x14336")
+    ap.add_argument("--threads", type=int, default=len(system.affinity()))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--bits", default="8,4,3,2")
+    ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
+    args = ap.parse_args(argv)
+    M, K = map(int, args.shape.split("x"))
+    numba.set_num_threads(args.threads)
+    lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
+             f"median of {args.rounds} interleaved rounds of 20 calls", "",
+             "width | plain read of the same bytes | tier: latency, GB/s, share of the read", "---|---|---"]
+    for bits in map(int, args.bits.split(",")):
+        t = measure(M, K, bits, args.threads, args.rounds)
+        nbytes = t.pop("_bytes")
+        read = t.pop("read")
+        cells = [f"{v.removeprefix(kernels.PACKED_PREFIX)} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
+                 f"{100 * read / us:.0f}%" for v, us in sorted(t.items(), key=lambda kv: kv[1])]
+        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s | " + "; ".join(cells))
+        print(lines[-1] if len(lines) > 5 else "\n".join(lines), flush=True)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
