@@ -1,3 +1,3 @@
-from gemvbw.cli import main
+from gemvbw.cli import entry
 
-main()
+entry()

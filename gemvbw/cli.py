@@ -7,6 +7,7 @@ was measured is still printed and written, marked partial).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -43,6 +44,13 @@ def _on_sigterm(signum, frame):
 def usage_error(message: str) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(2)
+
+
+def report_export_errors(run) -> bool:
+    """Files that could not be written (a full disk): said once each; the screen kept every result."""
+    for message in run.export_errors:
+        click.echo(f"Error: {message}; the results are on the screen above", err=True)
+    return bool(run.export_errors)
 
 
 def load_preset(name: str, flag: str):
@@ -88,8 +96,25 @@ def pin_cpus(raw: str | None) -> list[int] | None:
     return cpus
 
 
+def prepare_numba_env() -> None:
+    """numba's variables checked, and a writable cache found, before numba is imported (it reads them then)."""
+    from gemvbw import numba_env
+
+    bad = numba_env.check(os.environ)
+    if bad:
+        usage_error(bad)
+    try:
+        note = numba_env.prepare_cache(os.environ)
+    except ValueError as exc:
+        usage_error(str(exc))
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
 def require_numba() -> None:
-    """numba importable, and its cache of gemvbw's kernels readable (a corrupt file is dropped, then recompiled)."""
+    """numba importable, its variables sound, and its cache of gemvbw's kernels readable (a corrupt file is
+    dropped, then recompiled)."""
+    prepare_numba_env()
     try:
         import numba  # noqa: F401
     except Exception as exc:  # ImportError, or a broken llvmlite raising OSError
@@ -104,6 +129,23 @@ def require_numba() -> None:
 
     for path in jitcache.repair():
         click.echo(f"note: removed unreadable numba cache file {path}; the kernel is compiled afresh", err=True)
+    try:  # the threading layer is loaded by the first parallel call: one that does nothing, so that it fails here
+        import numpy as np
+
+        from gemvbw.kernels._common import empty_parallel_call
+
+        empty_parallel_call(np.zeros(1, np.int64))
+    except ValueError as exc:
+        if "threading layer" not in str(exc):
+            raise
+        usage_error(f"NUMBA_THREADING_LAYER={os.environ.get('NUMBA_THREADING_LAYER')}: "
+                    f"{str(exc).splitlines()[0]} Unset it, or use NUMBA_THREADING_LAYER=omp or workqueue")
+
+
+def numba_threads() -> int:
+    from gemvbw.numba_env import thread_limit
+
+    return thread_limit()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -172,6 +214,7 @@ def sweep(fmt: str, **flags) -> None:
     from gemvbw.settings import SettingsError, resolve
 
     md_path = flags.pop("md_path")
+    flags["md_path"] = md_path  # only checked against --json and --csv by resolve
     shapes_from = flags.pop("shapes_from")
     if shapes_from:
         if flags["shapes"]:
@@ -180,13 +223,21 @@ def sweep(fmt: str, **flags) -> None:
     flags["shapes"] = tuple(flags["shapes"]) or None
     rerun_path = flags.pop("rerun_path")
     baseline = None
+    recorded: dict = {}
     if rerun_path:
         baseline = load_baseline(rerun_path)
-        flags = {**settings_as_flags(baseline[1]), **{k: v for k, v in flags.items() if v is not None}}
+        recorded = settings_as_flags(baseline[1], rerun_path)
+        given = {k: v for k, v in flags.items() if v is not None}
+        # a shape given here replaces the recorded one: --shape all of them, --M or --K its dimension of a
+        # recorded single shape (several recorded shapes become the one shape asked for)
+        if "shapes" in given or ({"M", "K"} & set(given) and recorded.get("shapes")):
+            recorded = {k: v for k, v in recorded.items() if k not in ("M", "K", "shapes")}
+        recorded = {k: v for k, v in recorded.items() if k not in given}
+        flags = {**flags, **recorded}
     try:
-        settings = resolve(flags)
+        settings = resolve(flags, thread_limit=numba_threads())
     except SettingsError as exc:
-        usage_error(str(exc))
+        usage_error(from_file(exc, recorded, rerun_path))
     settings = replace(settings, cpus=cpus)
     exporters = []
     if settings.json_path:
@@ -203,12 +254,16 @@ def sweep(fmt: str, **flags) -> None:
         record = run.run()
     except KeyboardInterrupt:
         run.interrupted("SIGINT (Ctrl-C)")
+        report_export_errors(run)
         sys.exit(130)
     except Terminated:
         run.interrupted("SIGTERM")
+        report_export_errors(run)
         sys.exit(143)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if report_export_errors(run):
+        sys.exit(1)
     if record.failures:
         click.echo(f"Error: {len(record.failures)} kernel(s) failed verification or did not run; "
                    "their rows carry no figures.", err=True)
@@ -244,6 +299,7 @@ def model(name: str | None, config_path: str | None, fmt: str, md_path: str | No
     Each distinct shape is measured once per bit width (layers share shapes) and multiplied
     by how often it runs per token. Presets: the files in configs/ (gemvbw model --list).
     """
+    flags["md_path"] = md_path  # checked against --json and --csv
     if (name is None) == (config_path is None):
         usage_error("model: give a preset NAME (e.g. qwen3-0.6b) or --config PATH, one of them; "
                     "known presets: " + ", ".join(sorted(_preset_names())))
@@ -258,7 +314,7 @@ def model(name: str | None, config_path: str | None, fmt: str, md_path: str | No
 
     flags["shapes"] = tuple(preset.shapes)
     try:
-        settings = replace(resolve(flags), cpus=cpus)
+        settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
     except SettingsError as exc:
         usage_error(str(exc))
     if md_path:
@@ -330,6 +386,7 @@ def info(fmt: str, root: str) -> None:
 
     from gemvbw import info as info_mod
 
+    prepare_numba_env()
     try:
         import numba  # noqa: F401
         with_numba = True
@@ -385,11 +442,15 @@ def soak(seconds: float, interval: float, fmt: str, md_path: str | None, **flags
 
     flags["bits"] = flags["bits"] if flags["bits"] is not None else "4"
     try:
-        settings = replace(resolve(flags), cpus=cpus)
+        settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
     except SettingsError as exc:
         usage_error(str(exc))
     if len(settings.bits) != 1:
         usage_error(f"--bits: soak runs one width, got {','.join(map(str, settings.bits))}; e.g. --bits 4")
+    if settings.kernel == "all":
+        usage_error("--kernel: soak runs one variant; give auto (the default) or a name, e.g. --kernel packed")
+    if not (math.isfinite(seconds) and math.isfinite(interval)):
+        usage_error("--seconds/--interval: give a finite number of seconds, e.g. --seconds 60")
     view = SoakView(report.resolve_format(fmt, sys.stdout))  # auto: rich on a terminal, text lines when piped
     files = []
     if settings.json_path:
@@ -457,8 +518,13 @@ def compare(files: tuple[str, ...], fmt: str) -> None:
 
     if len(files) < 2:
         usage_error("compare: give at least two result files, e.g. gemvbw compare before.json after.json")
+    from gemvbw.compare import MalformedResult
+
     docs = [load_result(f, "compare") for f in files]
-    cmp = compare_docs(docs, list(files))
+    try:
+        cmp = compare_docs(docs, list(files))
+    except MalformedResult as exc:
+        usage_error(f"compare: {exc}; give files written by gemvbw sweep/model --json")
     screen = resolve_format(fmt, sys.stdout)
     if screen == "json":
         click.echo(dumps(cmp.to_dict()), nl=False)
@@ -503,7 +569,16 @@ def plot(result: str, out: str) -> None:
     for a model result also the time per token by projection. Needs matplotlib (pip install 'gemvbw[plot]')."""
     from gemvbw.plot import PlotUnavailable, plot as draw
 
+    from gemvbw.compare import MalformedResult, check_results
+
     doc = load_result(result, "plot")
+    try:
+        check_results(doc, result)
+    except MalformedResult as exc:
+        usage_error(f"plot: {exc}; give a file written by gemvbw sweep/model --json")
+    suffix = os.path.splitext(out)[1].lower().lstrip(".")
+    if suffix not in ("png", "svg", "pdf"):
+        usage_error(f"-o: {out!r} does not end in .png, .svg or .pdf, the formats gemvbw plot writes; e.g. -o roofline.png")
     check_path(out, "-o")
     try:
         draw(doc, out)
@@ -518,25 +593,55 @@ RERUN_KEYS = ("shapes", "bits", "block", "threads", "iters", "reps", "flush_mib"
 
 
 def load_baseline(path: str) -> tuple[str, dict]:
+    from gemvbw.compare import MalformedResult, check_results
+
     doc = load_result(path, "--rerun")
+    try:  # compared with at the end: a malformed file is refused now, before anything is measured
+        check_results(doc, path)
+    except MalformedResult as exc:
+        usage_error(f"--rerun: {exc}; give a file written by gemvbw sweep --json")
     return f"{path} ({doc.get('created', '?')})", doc
 
 
-def settings_as_flags(doc: dict) -> dict:
-    """A recorded run's settings, as the raw flag values resolve() takes."""
-    s = doc["settings"]
+def settings_as_flags(doc: dict, path: str = "the file") -> dict:
+    """A recorded run's settings, as the raw flag values resolve() takes; a malformed record is a usage error
+    (exit 2) before anything is measured."""
+    s = doc.get("settings")
+    if not isinstance(s, dict):
+        usage_error(f"--rerun: {path!r} has no settings mapping; give a file written by gemvbw sweep --json")
     flags = {}
     for key in RERUN_KEYS:
         value = s.get(key)
         if value is None or value is False:
             continue
         if key == "shapes":
-            flags[key] = tuple(tuple(s) for s in value) if len(value) > 1 else None
+            if not isinstance(value, list) or not value or not all(
+                    isinstance(mk, list) and len(mk) == 2 and all(type(v) is int and v > 0 for v in mk) for mk in value):
+                usage_error(f"--rerun {path}: settings.shapes must be a list of [M, K] pairs of positive integers, "
+                            f"got {value!r}")
+            flags[key] = tuple(tuple(mk) for mk in value) if len(value) > 1 else None
             if len(value) == 1:
                 flags["M"], flags["K"] = value[0]
             continue
-        flags[key] = ",".join(map(str, value)) if isinstance(value, list) else value
+        if isinstance(value, list) and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
+            flags[key] = ",".join(map(str, value))
+        elif isinstance(value, (int, float, str)):
+            flags[key] = value
+        else:
+            usage_error(f"--rerun {path}: settings.{key} is {value!r}, not a value gemvbw records")
     return flags
+
+
+def from_file(exc, recorded: dict, path: str | None) -> str:
+    """A bad value that came from a --rerun file says so, and which entry it was."""
+    from gemvbw.settings import FLAGS
+
+    key = next((k for k, flag in FLAGS.items() if flag == exc.source and k in recorded), None)
+    if key is None and exc.source in ("--act", "--kernel"):
+        key = exc.source[2:] if exc.source[2:] in recorded else None
+    if path is None or key is None:
+        return str(exc)
+    return f"--rerun {path}: settings.{key} = {recorded[key]!r} from the file: {str(exc).split(': ', 1)[1]}"
 
 
 @main.command()
@@ -554,7 +659,7 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
     from gemvbw.settings import SettingsError, format_cpus, resolve
 
     try:
-        top = resolve({"threads": threads, "bits": "8"}).threads
+        top = resolve({"threads": threads, "bits": "8"}, thread_limit=numba_threads()).threads
     except SettingsError as exc:
         usage_error(str(exc))
     for path, flag in ((json_path, "--json"), (csv_path, "--csv"), (md_path, "--md")):
@@ -582,3 +687,26 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
             f"{r['threads']},{r['memcpy_gbps']:.4f},{r['read_gbps']:.4f}\n" for r in rows))
     if md_path:
         report.write_atomic(md_path, "\n".join(lines) + "\n")
+
+
+def entry() -> None:
+    """The console script: the click group, with Ctrl-C at any moment (start-up and the roofline included)
+    exiting 130 after what was measured, and a closed pipe (gemvbw sweep | head -1) ending quietly."""
+    try:
+        code = main.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("Interrupted (Ctrl-C).", err=True)
+        code = 130
+    except BrokenPipeError:
+        # the reader went away: no more output, no traceback; the shell's status for SIGPIPE
+        try:  # and no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor
+            sys.stdout = open(os.devnull, "w")
+        code = 141
+    sys.exit(code if isinstance(code, int) else 0)

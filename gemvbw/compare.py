@@ -15,8 +15,29 @@ SETTING_KEYS = ("M", "K", "block", "threads", "iters", "reps", "flush_mib", "met
 SYSTEM_KEYS = ("cpu", "machine", "affinity", "numba", "llvmlite", "numpy", "python", "gemvbw", "threading_layer")
 
 
+class MalformedResult(ValueError):
+    """A result file whose results are not what gemvbw writes."""
+
+
 def result_key(r: dict) -> tuple:
     return (r["M"], r["K"], r["bits"], r.get("block"), r.get("act", "f32"), r.get("variant"))
+
+
+def check_results(doc: dict, label: str) -> None:
+    """Every result a mapping with integer M, K, bits and numeric eff_gbps and best_avg_us."""
+    results = doc.get("results", [])
+    if not isinstance(results, list):
+        raise MalformedResult(f"{label}: 'results' is {type(results).__name__}, not a list")
+    for i, r in enumerate(results):
+        if not isinstance(r, dict):
+            raise MalformedResult(f"{label}: results[{i}] is {type(r).__name__}, not a mapping")
+        for key, kinds in (("M", int), ("K", int), ("bits", int), ("eff_gbps", (int, float)),
+                           ("best_avg_us", (int, float))):
+            if not isinstance(r.get(key), kinds) or isinstance(r.get(key), bool):
+                raise MalformedResult(f"{label}: results[{i}].{key} is {r.get(key)!r}, not a number gemvbw writes")
+    for section in ("settings", "system"):
+        if not isinstance(doc.get(section, {}), dict):
+            raise MalformedResult(f"{label}: '{section}' is not a mapping")
 
 
 @dataclass(frozen=True)
@@ -62,7 +83,8 @@ def compare(docs: list[dict], labels: list[str]) -> Comparison:
     """Rows in the order results first appear; every run's figure for each (shape, width, variant)."""
     keys: list[tuple] = []
     tables = []
-    for doc in docs:
+    for doc, label in zip(docs, labels):
+        check_results(doc, label)
         table = {result_key(r): r for r in doc.get("results", [])}
         tables.append(table)
         keys.extend(k for k in table if k not in keys)

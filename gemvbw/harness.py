@@ -101,6 +101,11 @@ class Measurement:
         return metrics.cv(self.all_ns)
 
     @property
+    def robust_spread(self) -> float:
+        """1.4826 x MAD / median over every timed call: the noise of the bulk, not of a few outliers."""
+        return metrics.robust_spread(self.all_ns)
+
+    @property
     def group_spread(self) -> float:
         """(slowest - fastest group mean) / fastest group mean."""
         return metrics.spread([g.mean_us for g in self.groups])

@@ -84,6 +84,16 @@ def cv(values) -> float:
     return sample_sd(values) / m if m else 0.0
 
 
+def robust_spread(values) -> float:
+    """1.4826 x median absolute deviation / median: the spread of the bulk of the values (as an SD would be for
+    a normal distribution), which a few outliers do not move."""
+    values = list(values)
+    med = median(values)
+    if not med:
+        return 0.0
+    return 1.4826 * median([abs(v - med) for v in values]) / med
+
+
 def spread(values) -> float:
     """(max - min) / min: how far apart group means are."""
     values = list(values)

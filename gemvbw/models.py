@@ -111,26 +111,41 @@ def find(name_or_path: str) -> Path:
     return presets[key]
 
 
+def _whole(table: dict, key: str, path, where: str = "", default=None) -> int:
+    """An integer field as TOML wrote it: 64.9 or "64" is an error, not silently 64."""
+    value = table.get(key, default)
+    if type(value) is not int:
+        raise PresetError(f"{path}: {where}{key} = {value!r} must be a whole number (e.g. {key} = 4096); "
+                          "see configs/README.md")
+    return value
+
+
 def load(name_or_path: str) -> Preset:
     path = find(name_or_path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise PresetError(f"{path}: {exc}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PresetError(f"{path}: not a readable UTF-8 TOML file ({exc})") from None
     try:
+        if not isinstance(doc.get("projection"), list) or not all(isinstance(p, dict) for p in doc["projection"]):
+            raise PresetError(f"{path}: needs [[projection]] tables; see configs/README.md")
         projections = tuple(
-            Projection(str(p["name"]), int(p["M"]), int(p["K"]), int(p.get("count", 1)), str(p.get("scope", "layer")))
-            for p in doc["projection"]
+            Projection(str(p["name"]), _whole(p, "M", path, f"projection {p.get('name', i)!r}: "),
+                       _whole(p, "K", path, f"projection {p.get('name', i)!r}: "),
+                       _whole(p, "count", path, f"projection {p.get('name', i)!r}: ", 1), str(p.get("scope", "layer")))
+            for i, p in enumerate(doc["projection"])
         )
         preset = Preset(
-            name=str(doc["name"]), source=str(doc.get("source", "")), hidden_size=int(doc["hidden_size"]),
-            layers=int(doc["layers"]), vocab_size=int(doc.get("vocab_size", 0)),
+            name=str(doc["name"]), source=str(doc.get("source", "")), hidden_size=_whole(doc, "hidden_size", path),
+            layers=_whole(doc, "layers", path), vocab_size=_whole(doc, "vocab_size", path, "", 0),
             tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)), projections=projections,
             published_params=doc.get("published_params"),
-            other_params_per_layer=int(doc.get("other_params_per_layer", 0)),
-            other_params=int(doc.get("other_params", 0)), path=str(path),
+            other_params_per_layer=_whole(doc, "other_params_per_layer", path, "", 0),
+            other_params=_whole(doc, "other_params", path, "", 0), path=str(path),
         )
     except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, PresetError):
+            raise
         raise PresetError(f"{path}: missing or malformed field ({exc}); see configs/README.md") from None
     bad = [p.name for p in projections if p.M <= 0 or p.K <= 0 or p.count <= 0 or p.scope not in ("layer", "token")]
     if bad or preset.layers <= 0 or not projections:

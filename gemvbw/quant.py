@@ -132,6 +132,26 @@ class QuantizedMatrix:
     scale_raw: np.ndarray
     offset_raw: np.ndarray
 
+    def __post_init__(self) -> None:
+        """A matrix built by hand is checked as one quantize() returns: the kernels read these arrays unchecked,
+        so a short array would be read out of bounds and give garbage instead of an error."""
+        check_format(self.M, self.K, self.bits, self.block, self.meta_bytes)
+        meta_dtype = np.uint16 if self.meta_bytes == 2 else np.float32
+        want = {"codes": ((self.M, row_nbytes(self.K, self.bits, self.block)), np.uint8),
+                "scale_raw": ((self.M, self.nblocks), meta_dtype), "offset_raw": ((self.M, self.nblocks), meta_dtype)}
+        for name, (shape, dtype) in want.items():
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                got = (f"{a.dtype} {a.shape}" + ("" if a.flags.c_contiguous else ", not C-contiguous")
+                       if isinstance(a, np.ndarray) else type(a).__name__)
+                raise ValueError(f"QuantizedMatrix.{name} must be a C-contiguous {np.dtype(dtype)} array of shape "
+                                 f"{shape} for M={self.M}, K={self.K}, bits={self.bits}, block={self.block}, "
+                                 f"meta_bytes={self.meta_bytes}; got {got}")
+        for name in ("scale_raw", "offset_raw"):
+            values = _meta_as_float(getattr(self, name))
+            if not np.all(np.isfinite(values)):
+                raise ValueError(f"QuantizedMatrix.{name} holds NaN or infinity")
+
     @property
     def nblocks(self) -> int:
         return num_blocks(self.K, self.block)
@@ -193,6 +213,28 @@ def _store_meta(values: np.ndarray, meta_bytes: int) -> np.ndarray:
     return values.astype(np.float32)
 
 
+FP16_MIN_NORMAL = 2.0 ** -14
+FP16_SCALE_REL_ERR = 1e-2  # a stored scale this far off moves the largest code by a percent of the block range
+
+
+def check_fp16_metadata(W: np.ndarray, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray) -> None:
+    """fp16 metadata must hold each block's offset (its min) and scale: beyond 65504 they would be infinite,
+    and scales below fp16's normal range lose their precision (a block of tiny weights would dequantize to
+    other weights). Refused, with the advice that works: fp32 metadata."""
+    big = float(max(np.abs(lo).max(initial=0.0), np.abs(hi).max(initial=0.0)))
+    if big > FP16_MAX:
+        raise ValueError(f"weights up to |w| = {big:g} do not fit fp16 metadata (max {FP16_MAX:g}): the offsets "
+                         "would be infinite; use meta_bytes=4 (fp32 scale and offset)")
+    stored = scale.astype(np.float16).astype(np.float32)
+    rel = np.abs(stored - scale) / scale
+    worst = float(rel.max(initial=0.0))
+    if worst > FP16_SCALE_REL_ERR:
+        tiny = float(scale[np.unravel_index(int(rel.argmax()), rel.shape)])
+        raise ValueError(f"a block's scale ({tiny:.3g}, below fp16's normal range {FP16_MIN_NORMAL:.3g}) is off by "
+                         f"{100 * worst:.1f}% once stored as fp16, so its codes would mean other weights; "
+                         "use meta_bytes=4 (fp32 scale and offset), or scale the weights up")
+
+
 def check_format(M: int, K: int, bits: int, block: int, meta_bytes: int) -> None:
     """Raise ValueError when the format parameters are not supported."""
     if bits not in SUPPORTED_BITS:
@@ -230,6 +272,8 @@ def quantize(W: np.ndarray, bits: int = 4, block: int = 64, meta_bytes: int = 2)
     qmax = (1 << bits) - 1
     scale = (hi - lo) / qmax
     scale[scale == 0] = 1.0  # constant block: every code 0 reproduces it exactly
+    if meta_bytes == 2:
+        check_fp16_metadata(W, lo, hi, scale)
     scale_raw = _store_meta(scale, meta_bytes)
     offset_raw = _store_meta(lo, meta_bytes)
     s = _meta_as_float(scale_raw)[:, :, None]

@@ -57,6 +57,7 @@ class KernelResult:
     warm: Measurement | None = None  # the same kernel with no flush (--compare-warm)
     samples: tuple = ()  # gemvbw.sampling.Sample before the first group and after each group
     act_quant_err: float | None = None  # --act i8: error of quantizing x alone (same measure as max_rel_err)
+    contention: dict | None = None  # preemptions and steal during the timing (gemvbw.contention)
 
     verified = True  # a result exists only for a kernel that passed verification
 
@@ -111,6 +112,7 @@ class KernelResult:
             "act": self.act, "variant": self.variant, "meta_bytes": self.meta_bytes,
             "best_avg_us": self.best_avg_us, "overall_mean_us": m.overall_mean_us,
             "overall_sd_us": m.overall_sd_us, "median_us": m.median_us, "cv": m.cv,
+            "robust_spread": m.robust_spread, "contention": self.contention,
             "group_spread": m.group_spread, "groups_extended": m.extended, "stable": m.stable,
             "groups": [
                 {"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us, "latencies_ns": list(g.latencies_ns)}
@@ -159,11 +161,12 @@ def result_notes(
     """The warnings a single row deserves, each with what to do about it."""
     notes = []
     best_avg_us = measurement.best_avg_us
-    if measurement.cv > NOISY_CV:
+    if measurement.robust_spread > NOISY_CV:
         notes.append(Note(
             "noisy",
-            f"the timed calls vary by {100 * measurement.cv:.0f}% (coefficient of variation; threshold "
-            f"{100 * NOISY_CV:.0f}%)",
+            f"the bulk of the timed calls varies by {100 * measurement.robust_spread:.0f}% (1.4826 x median absolute "
+            f"deviation / median; threshold {100 * NOISY_CV:.0f}%; coefficient of variation "
+            f"{100 * measurement.cv:.0f}%)",
             "close other programs, pin the run (taskset), or add --reps/--iters; the best group mean is "
             "less affected than the overall mean",
         ))
@@ -203,7 +206,8 @@ def result_notes(
 
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
               llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False,
-              act: str = "f32", i8_available: bool = False, emulated: str | None = None) -> list[Note]:
+              act: str = "f32", i8_available: bool = False, emulated: str | None = None,
+              thread_limit: int | None = None) -> list[Note]:
     """Warnings about the whole run, known before anything is timed."""
     notes = []
     if emulated:
@@ -261,7 +265,14 @@ def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size
             "that the weights come from DRAM",
             "shapes much larger than the last-level cache give the most trustworthy figures",
         ))
-    if threads < affinity_size:
+    if thread_limit is not None and threads == thread_limit < affinity_size:
+        notes.append(Note(
+            "numba-thread-limit",
+            f"numba runs at most {thread_limit} thread(s) here (NUMBA_NUM_THREADS) on {affinity_size} allowed CPUs: "
+            f"the run uses {threads}",
+            "unset NUMBA_NUM_THREADS (or raise it) to use every CPU, or pin to as many CPUs as threads",
+        ))
+    elif threads < affinity_size:
         notes.append(Note(
             "fewer-threads-than-cpus",
             f"{threads} thread(s) on {affinity_size} allowed CPUs: the scheduler may move threads between cores",

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Protocol
 import numba
 import numpy as np
 
-from gemvbw import calibrate, kernels, system
+from gemvbw import calibrate, contention, kernels, system
 from gemvbw.compare import compare
 from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
@@ -75,10 +75,16 @@ class Sweep:
         self.reporter = reporter
         self.exporters = list(exporters)
         self.record = SweepRecord(system={}, settings=settings.to_dict())
+        self.export_errors: list[str] = []  # files that could not be written; the run goes on
 
     def _export(self) -> None:
         for export in self.exporters:
-            export(self.record)
+            try:
+                export(self.record)
+            except OSError as exc:  # a full disk, a file removed under us: keep measuring, say it at the end
+                message = f"could not write {exc.filename or 'a result file'} ({exc.strerror or exc})"
+                if message not in self.export_errors:
+                    self.export_errors.append(message)
 
     def run(self) -> SweepRecord:
         s, rec = self.settings, self.record
@@ -90,7 +96,8 @@ class Sweep:
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],
-                                   s.act, _usable("i8", s.bits, s.block), rec.system.get("emulated")))
+                                   s.act, _usable("i8", s.bits, s.block), rec.system.get("emulated"),
+                                   s.thread_limit))
         for b in s.bits:  # known before anything is compiled: the header says it
             rec.act_choice[f"w{b}"] = [{"act": a, "why": why} for a, why in kernels.acts_for(b, s.block, s.act, s.kernel)]
         per_width = [sum(len(kernels.variants(b, a)) if s.kernel == "all" else 1
@@ -182,8 +189,10 @@ class Sweep:
             samples.append(self.sampler.sample())
             self.reporter.group_done(label, i, g)
 
+        before = contention.snapshot()
         measurement = time_groups(lambda: run(x, y), s.iters, s.reps, flusher, on_group=group_done,
                                   max_seconds=s.max_seconds)
+        held = contention.between(before, contention.snapshot(), sum(g.iters for g in measurement.groups))
         warm = None
         if s.compare_warm:
             warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
@@ -191,6 +200,7 @@ class Sweep:
         result = KernelResult(
             qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, numba.get_num_threads(), spec.act, spec.variant, measurement,
             qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm, act_quant_err=act_err,
+            contention=held,
         )
         resident = qm.nbytes + x.nbytes + y.nbytes
         notes = result_notes(measurement, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib,
@@ -198,6 +208,9 @@ class Sweep:
         notes += tuple(Note(code, message, "let the device cool, set the performance governor where you may, "
                             "and compare with gemvbw soak")
                        for code, message in frequency_findings(samples, self.sampler.max_mhz))
+        if held["contended"]:
+            notes += (Note("contention", contention.message(held),
+                           "close other programs, use fewer threads than CPUs, or rerun when the machine is quiet"),)
         if spec.facts is not None:
             notes += (Note("library", f"ran {spec.facts()}", "compare with the numba variants of the same width"),)
         result = replace(result, notes=notes, samples=tuple(samples))

@@ -83,6 +83,7 @@ class Settings:
     cpus: list[int] | None = None  # pinned with --cpus (None: the affinity mask as inherited)
     shapes: tuple[tuple[int, int], ...] = ()  # (M, K) pairs swept in order; () means just (M, K)
     recalibrate: bool = False  # --kernel auto: measure the choice again instead of taking the cached one
+    thread_limit: int | None = None  # numba's most threads (NUMBA_NUM_THREADS), when it caps the default
 
     @property
     def shape_list(self) -> list[tuple[int, int]]:
@@ -163,6 +164,7 @@ def resolve(
     environ: Mapping[str, str] | None = None,
     cpus: list[int] | None = None,
     available_bytes: int | None = None,
+    thread_limit: int | None = None,
 ) -> Settings:
     """Build Settings from raw flag values (strings or None) and the environment.
 
@@ -217,8 +219,8 @@ def resolve(
         )
 
     raw, env = pick("threads")
-    if raw is None:
-        threads = len(cpus)
+    if raw is None:  # the CPUs of the affinity mask, as far as NUMBA_NUM_THREADS lets numba run them
+        threads = len(cpus) if thread_limit is None else min(len(cpus), thread_limit)
     else:
         threads = parse_int("threads", raw, env)
         if threads > len(cpus):
@@ -227,7 +229,14 @@ def resolve(
                 f"{threads} threads asked for, but this process may run on {len(cpus)} CPU(s) "
                 f"({format_cpus(cpus)}); use 1..{len(cpus)}, or allow more CPUs (taskset or --cpus)",
             )
+        if thread_limit is not None and threads > thread_limit:
+            raise SettingsError(
+                _source("threads", env),
+                f"{threads} threads asked for, but numba runs at most {thread_limit} here (NUMBA_NUM_THREADS="
+                f"{environ.get('NUMBA_NUM_THREADS', thread_limit)}); use 1..{thread_limit}, or raise NUMBA_NUM_THREADS",
+            )
     values["threads"] = threads
+    values["thread_limit"] = thread_limit
 
     values["act"] = check_act(str(flags.get("act") or DEFAULTS["act"]), values["bits"], values["block"])
     values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"],
@@ -237,6 +246,7 @@ def resolve(
         if path is not None:
             check_writable(str(path), "--json" if key == "json_path" else "--csv")
         values[key] = path
+    check_distinct({"--json": flags.get("json_path"), "--csv": flags.get("csv_path"), "--md": flags.get("md_path")})
 
     shapes = flags.get("shapes") or ()
     if shapes:
@@ -313,34 +323,92 @@ def weight_bytes(M: int, K: int, bits: int, block: int, meta_bytes: int) -> int:
     return M * row_nbytes(K, bits, block) + 2 * M * num_blocks(K, block) * meta_bytes
 
 
-def memory_needed(s: Settings) -> int:
-    """Peak bytes a sweep holds at once: the largest matrix, x and y, flush buffer and verification,
-    or the roofline buffers, whichever is larger (they are never alive together)."""
-    biggest = max(weight_bytes(M, K, b, s.block, s.meta_bytes) for b in s.bits for M, K in s.shape_list)
-    vectors = max(8 * (M + K) * 4 for M, K in s.shape_list)
-    sweep = biggest + vectors + (s.flush_mib << 20) + VERIFY_BYTES
-    return max(sweep, ROOFLINE_BYTES + (s.flush_mib << 20))
+def copies_held(bits: int, block: int, act: str) -> int:
+    """How many copies of a width's weights a sweep holds at its peak: generating random codes makes a
+    temporary as large as the codes (2), and every int8 layout that may run (calibration binds them all)
+    repacks one more, held while the matrix lives."""
+    if bits in FLOAT_BITS or act == "f32" or block != 64:
+        return 2
+    from gemvbw import kernels
+    from gemvbw.kernels import packed
+
+    layouts = {(packed.layout_bytes(packed.PRIMITIVES[s.variant.removeprefix(kernels.PACKED_PREFIX)]),
+                packed.w8_bias(s.variant.removeprefix(kernels.PACKED_PREFIX)) if bits == 8 else 0)
+               for s in kernels.variants(bits, "i8")}
+    return max(2, 1 + len(layouts))
+
+
+def sweep_bytes(s: Settings) -> tuple[int, int, tuple[int, int]]:
+    """(peak bytes of the measuring part, the width and the shape that set it)."""
+    best = (0, s.bits[0], s.shape_list[0])
+    for M, K in s.shape_list:
+        for b in s.bits:
+            need = weight_bytes(M, K, b, s.block, s.meta_bytes) * copies_held(b, s.block, s.act)
+            if need > best[0]:
+                best = (need, b, (M, K))
+    M, K = best[2]
+    return best[0] + 8 * (M + K) * 4 + (s.flush_mib << 20) + VERIFY_BYTES, best[1], best[2]
+
+
+def roofline_bytes(llc_bytes: int | None) -> int:
+    """The rooflines' buffers, never alive with the sweep's: memcpy's two, then the read buffer alone."""
+    from gemvbw.roofline import MEMCPY_MIB, read_buffer_bytes
+
+    return max(2 * (MEMCPY_MIB << 20), read_buffer_bytes(llc_bytes))
+
+
+def memory_needed(s: Settings, llc_bytes: int | None = None) -> int:
+    """Peak bytes a sweep holds at once: the weights with their temporaries and repacked copies, x and y, the
+    flush buffer and verification; or the roofline buffers, whichever is larger."""
+    return max(sweep_bytes(s)[0], roofline_bytes(llc_bytes))
 
 
 def check_memory(s: Settings, available: int | None) -> None:
+    """Refuse a run that would not fit, naming what would: the shape, a width, or the flush buffer."""
     if available is None:
         return
-    need = memory_needed(s)
+    llc = system.last_level_cache_bytes()
+    llc = None if isinstance(llc, system.Unknown) else llc
+    if (s.flush_mib << 20) + VERIFY_BYTES > available:
+        raise SettingsError("--flush-mib", f"a {s.flush_mib} MiB flush buffer does not fit in the {available / 1e9:.1f} GB "
+                                           f"available; use e.g. --flush-mib {max(1, 2 * (llc or 32 << 20) >> 20)}")
+    if roofline_bytes(llc) > available:
+        raise SettingsError("memory", f"the rooflines need {roofline_bytes(llc) / 1e9:.1f} GB at once but "
+                                      f"{available / 1e9:.1f} GB is available; free memory first")
+    need, worst, (M, K) = sweep_bytes(s)
     if need > available:
-        worst = max(s.bits, key=lambda b: weight_bytes(s.M, s.K, b, s.block, s.meta_bytes))
-        M, K = max(s.shape_list, key=lambda mk: mk[0] * mk[1])
+        advice = f"drop {worst} from --bits, " if len(s.bits) > 1 else ""
         raise SettingsError(
             "--shape" if s.shapes else "--M/--K",
-            f"M={M} x K={K} needs about {need / 1e9:.1f} GB at once (w{worst} weights, buffers, "
-            f"verification) but {available / 1e9:.1f} GB is available; reduce M or K, or drop {worst} from --bits",
+            f"M={M} x K={K} needs about {need / 1e9:.1f} GB at once (w{worst}: its weights, their temporary and "
+            f"repacked copies, the buffers, verification) but {available / 1e9:.1f} GB is available; "
+            f"{advice}reduce M or K",
         )
+
+
+def check_distinct(outputs: Mapping[str, object]) -> None:
+    """Two outputs given the same file would overwrite each other: refused, naming both."""
+    seen: dict[str, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        real = os.path.realpath(str(path))
+        if real in seen:
+            raise SettingsError(flag, f"{path!r} is also the file of {seen[real]}; give each output its own file")
+        seen[real] = flag
 
 
 def check_writable(path: str, flag: str) -> None:
     """Fail before measuring, not after, when a result file could not be written."""
+    from gemvbw.report.files import UnwritablePath, destination
+
     p = Path(path)
     if p.is_dir():
         raise SettingsError(flag, f"{path!r} is a directory; give a file name, e.g. {flag} run.json")
+    try:
+        p = Path(destination(path))
+    except UnwritablePath as exc:
+        raise SettingsError(flag, str(exc)) from None
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise SettingsError(flag, f"directory {str(parent)!r} does not exist; create it or choose another path")

@@ -338,6 +338,7 @@ def pin(cpus: list[int]) -> None:
 # --- topology: clusters, frequency, temperature -------------------------------------------
 
 CPU_DIR = "sys/devices/system/cpu"
+MAX_CPU = 8191  # Linux's largest NR_CPUS
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -353,6 +354,8 @@ def parse_cpu_list(text: str) -> list[int]:
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
             raise ValueError(f"{part!r} is a range that runs backwards")
+        if sep and b > MAX_CPU:  # a range is bounded before it is expanded: 0-99999999 is not a list to build
+            raise ValueError(f"{part!r} goes beyond CPU {MAX_CPU}, more than any machine gemvbw runs on")
         cpus.extend(range(a, b + 1))
     return sorted(set(cpus))
 

@@ -34,9 +34,10 @@ def wait_for_line(proc, prefix, timeout=240):
     raise AssertionError(f"no line starting with {prefix!r} in:\n{''.join(seen)}")
 
 
-# w8 and w4 finish quickly; w3 is then busy for seconds, so the signal lands during the third of four widths
+# w8 and w4 finish quickly; w3's f32 loop is then busy for seconds (12000 calls of about 0.2 ms), so a signal
+# sent as soon as w4's row is printed lands during the third of four widths
 INTERRUPTIBLE = ["sweep", "--M", "256", "--K", "4096", "--bits", "8,4,3,2", "--iters", "4000", "--reps", "3",
-                 "--flush-mib", "1", "--threads", "1", "--format", "mnn"]
+                 "--flush-mib", "1", "--threads", "1", "--act", "f32", "--kernel", "rows4", "--format", "mnn"]
 
 
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
@@ -44,7 +45,6 @@ def test_signal_during_third_width_keeps_finished_widths(tmp_path, sig, code, na
     out = tmp_path / "partial.json"
     proc = gemvbw(*INTERRUPTIBLE, "--json", str(out))
     wait_for_line(proc, "w4 ")
-    time.sleep(0.5)  # into w3's timing
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr

@@ -71,7 +71,7 @@ def test_user_preset_by_path_and_by_name(tmp_path, monkeypatch):
     assert models.load("TINY").name == "Tiny"
 
 
-@pytest.mark.parametrize("text,fragment", [("name = 'x'", "missing or malformed"),
+@pytest.mark.parametrize("text,fragment", [("name = 'x'", r"needs \[\[projection\]\] tables"),
                                            (TINY_MODEL.replace("M = 128\nK = 128\ncount = 2", "M = 0\nK = 128"),
                                             "positive M, K"),
                                            ("not toml [", "bad.toml")])

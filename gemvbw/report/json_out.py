@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import TextIO
 
+from gemvbw.report.files import dumps
 from gemvbw.results import SweepRecord
-
-
-def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=2) + "\n"
 
 
 def json_text(record: SweepRecord) -> str:

@@ -1,0 +1,333 @@
+"""Bad input, a hostile environment and failing files: one clear line and a documented exit code, never a
+traceback, a silent wrong result or a damaged file (each class of fault at its root)."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gemvbw import cli, numba_env
+from gemvbw.cli import main
+from gemvbw.quant import QuantizedMatrix, quantize, random_quantized
+from gemvbw.report import files
+
+TINY = ["sweep", "--M", "64", "--K", "256", "--iters", "2", "--reps", "1", "--flush-mib", "1", "--threads", "1"]
+
+
+def run(args, env=None):
+    return CliRunner().invoke(main, args, env=env or {}, catch_exceptions=False)
+
+
+# --- result files ----------------------------------------------------------------------------------
+
+def test_a_new_result_file_gets_the_umask_permissions(tmp_path):
+    old = os.umask(0o027)
+    try:
+        files.write_atomic(str(tmp_path / "r.json"), "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode) == 0o640  # 0666 less the umask, not mkstemp's 0600
+
+
+def test_an_existing_file_keeps_its_mode_and_a_symlink_stays_a_link(tmp_path):
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    os.chmod(target, 0o604)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    files.write_atomic(str(link), "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o604
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gemvbw-")] == []  # no temporary left
+
+
+def test_a_node_that_is_not_a_regular_file_is_refused(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(files.UnwritablePath, match="is a FIFO, not a regular file"):
+        files.write_atomic(str(fifo), "x")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the FIFO
+    res = run(TINY + ["--json", str(fifo)])
+    assert res.exit_code == 2 and "--json:" in res.stderr and "is a FIFO" in res.stderr
+    res = run(TINY + ["--csv", "/dev/null"])
+    assert res.exit_code == 2 and "is a device node" in res.stderr
+
+
+def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    path.write_text('{"complete": true}')
+
+    def fail_fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fail_fsync)
+    with pytest.raises(OSError) as info:
+        files.write_atomic(str(path), '{"complete": false, "but trunc')
+    assert info.value.filename == str(path) and info.value.errno == errno.ENOSPC
+    assert json.loads(path.read_text()) == {"complete": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_the_same_file_for_two_outputs_is_refused(tmp_path):
+    res = run(TINY + ["--json", str(tmp_path / "a"), "--md", str(tmp_path / "a")])
+    assert res.exit_code == 2 and res.stderr.startswith("Error: --md: ") and "also the file of --json" in res.stderr
+
+
+def test_a_full_disk_mid_run_keeps_measuring_and_says_so(tmp_path, monkeypatch):
+    calls = []
+    real = files.write_atomic
+
+    def full_after_first(path, text):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        real(path, text)
+
+    monkeypatch.setattr("gemvbw.report.write_atomic", full_after_first)
+    out = tmp_path / "r.json"
+    res = run(TINY + ["--bits", "4,2", "--json", str(out), "--format", "mnn"])
+    assert res.exit_code == 1
+    assert "w4   |" in res.stdout and "w2   |" in res.stdout  # both widths were measured and shown
+    assert res.stderr.count(f"Error: could not write {out} (No space left on device)") == 1
+
+
+# --- signals and pipes, at any moment --------------------------------------------------------------
+
+@pytest.mark.parametrize("raised,code,said", [(KeyboardInterrupt, 130, "Interrupted"), (BrokenPipeError, 141, "")])
+def test_entry_point_ends_a_signal_or_a_closed_pipe_with_its_status(monkeypatch, capsys, raised, code, said):
+    def boom(*a, **k):
+        raise raised()
+
+    monkeypatch.setattr(main, "main", boom)
+    with pytest.raises(SystemExit) as info:
+        cli.entry()
+    assert info.value.code == code
+    assert said in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_quietly():
+    done = subprocess.run(f"{sys.executable} -m gemvbw info | head -1", shell=True, capture_output=True, text=True)
+    assert done.stdout.startswith("cpu:") and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+# --- numba's own variables -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("var,value,fragment", [
+    ("NUMBA_NUM_THREADS", "0", "NUMBA_NUM_THREADS: '0' is not a positive number of threads"),
+    ("NUMBA_NUM_THREADS", "two", "NUMBA_NUM_THREADS: 'two' is not a positive number"),
+    ("NUMBA_THREADING_LAYER", "bogus", "NUMBA_THREADING_LAYER: 'bogus' is not one of numba's threading layers"),
+])
+def test_a_malformed_numba_variable_is_named(var, value, fragment):
+    assert numba_env.check({var: value}).startswith(fragment)
+    for command in (TINY, ["info"], ["roofline"]):
+        res = run(command, env={var: value})
+        assert res.exit_code == 2 and res.stderr.startswith(f"Error: {fragment}"), (command, res.output)
+
+
+def test_a_cache_numba_cannot_write_is_moved_and_announced(monkeypatch, tmp_path):
+    monkeypatch.setattr(numba_env, "_writable", lambda d: str(d).startswith(str(tmp_path / "ok")))
+    env = {"HOME": str(tmp_path / "home")}
+    note = numba_env.prepare_cache(env, tmp_path / "pkg")
+    assert env["NUMBA_CACHE_DIR"].startswith(os.path.join(os.path.dirname(env["NUMBA_CACHE_DIR"]), "gemvbw-numba-"))
+    assert "compiled kernels are cached in" in note
+    ok = {"HOME": str(tmp_path / "home"), "NUMBA_CACHE_DIR": str(tmp_path / "ok")}
+    assert numba_env.prepare_cache(ok, tmp_path / "pkg") is None
+    with pytest.raises(ValueError, match="NUMBA_CACHE_DIR: numba cannot write its cache"):
+        numba_env.prepare_cache({"NUMBA_CACHE_DIR": str(tmp_path / "no")}, tmp_path / "pkg")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to be capped below them")
+def test_numba_thread_limit_below_the_cpus_is_respected_and_reported(tmp_path):
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "GEMVBW_CACHE_DIR": str(tmp_path)}
+    out = tmp_path / "r.json"
+    base = [sys.executable, "-m", "gemvbw"] + TINY[:-2] + ["--bits", "4", "--json", str(out), "--format", "json"]
+    done = subprocess.run(base, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["threads"] == 1 and "numba-thread-limit" in {n["code"] for n in doc["warnings"]}
+    done = subprocess.run(base + ["--threads", "2"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "numba runs at most 1 here (NUMBA_NUM_THREADS=1)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# --- --rerun repeats the recorded run, and a bad record is named ---------------------------------
+
+def test_rerun_takes_a_new_shape_beside_the_recorded_settings(tmp_path):
+    first = tmp_path / "first.json"
+    assert run(TINY + ["--bits", "4", "--seed", "5", "--json", str(first), "--format", "json"]).exit_code == 0
+    doc = json.loads(run(["sweep", "--rerun", str(first), "--M", "32", "--format", "json"]).stdout)
+    assert (doc["settings"]["M"], doc["settings"]["K"], doc["settings"]["seed"]) == (32, 256, 5)
+    doc = json.loads(run(["sweep", "--rerun", str(first), "--shape", "16x128", "--format", "json"]).stdout)
+    assert doc["settings"]["shapes"] == [[16, 128]]
+
+
+@pytest.mark.parametrize("settings,fragment", [
+    ([1, 2], "'settings' is not a mapping"),
+    ({"shapes": [[64, -1]]}, "settings.shapes must be a list of [M, K] pairs of positive integers"),
+    ({"shapes": "64x64"}, "settings.shapes must be a list"),
+    ({"shapes": [[64, 256]], "iters": {"n": 2}}, "settings.iters is {'n': 2}, not a value gemvbw records"),
+    ({"shapes": [[64, 256]], "bits": [5]}, "settings.bits = '5' from the file: '5' is not a supported width"),
+    ({"shapes": [[64, 256]], "act": "int4"}, "settings.act = 'int4' from the file"),
+])
+def test_a_malformed_record_is_refused_before_anything_is_measured(tmp_path, settings, fragment):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": "gemvbw.sweep/1", "settings": settings}))
+    res = run(["sweep", "--rerun", str(path)])
+    assert res.exit_code == 2 and fragment in res.stderr, res.stderr
+    assert "Traceback" not in res.output and "memcpy" not in res.stdout  # nothing was measured
+
+
+# --- the library API validates what it is given ----------------------------------------------------
+
+def test_a_hand_built_matrix_with_short_arrays_is_refused():
+    good = random_quantized(8, 128, bits=4)
+    with pytest.raises(ValueError, match=r"codes must be a C-contiguous uint8 array of shape \(8, 64\)"):
+        QuantizedMatrix(8, 128, 4, 64, 2, good.codes[:, :32].copy(), good.scale_raw, good.offset_raw)
+    with pytest.raises(ValueError, match="scale_raw must be a C-contiguous uint16"):
+        QuantizedMatrix(8, 128, 4, 64, 2, good.codes, good.scale_raw.astype(np.float32), good.offset_raw)
+    inf = good.offset_raw.copy()
+    inf[0, 0] = 0x7C00  # +inf in fp16
+    with pytest.raises(ValueError, match="offset_raw holds NaN or infinity"):
+        QuantizedMatrix(8, 128, 4, 64, 2, good.codes, good.scale_raw, inf)
+
+
+def test_fp16_metadata_that_cannot_hold_the_weights_is_refused_with_advice():
+    big = np.full((2, 64), 70000.0, np.float32)
+    big[:, 0] = 0
+    with pytest.raises(ValueError, match="do not fit fp16 metadata.*use meta_bytes=4"):
+        quantize(big, bits=4)
+    tiny = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32) * 1e-6
+    with pytest.raises(ValueError, match="below fp16's normal range.*use meta_bytes=4"):
+        quantize(tiny, bits=8)
+    for W in (big, tiny):  # fp32 metadata holds both
+        qm = quantize(W, bits=8, meta_bytes=4)
+        assert np.abs(qm.dequantize() - W).max() <= qm.scale.max() / 2 * 1.0001
+
+
+# --- memory, ranges, and errors naming the option at fault -----------------------------------------
+
+def test_memory_counts_the_weights_their_temporary_and_repacked_copies():
+    from gemvbw import kernels, settings as st
+
+    s = st.resolve({"M": "65536", "K": "14336", "bits": "8", "act": "f32"}, environ={}, cpus=[0], available_bytes=1 << 40)
+    w8 = 65536 * 14336 + 2 * 65536 * 224 * 2
+    assert st.copies_held(8, 64, "f32") == 2  # the codes and the temporary they were generated in
+    assert st.sweep_bytes(s)[0] == 2 * w8 + 8 * (65536 + 14336) * 4 + (64 << 20) + st.VERIFY_BYTES
+    layouts = len({(32 if "avx" in v.variant else 16, v.variant.endswith(("vnni", "vnni-zmm")))
+                   for v in kernels.variants(8, "i8")})
+    if layouts:  # with int8 activations every layout the calibration may bind holds one more copy
+        assert st.copies_held(8, 64, "auto") == max(2, 1 + layouts)
+
+
+def test_memory_errors_name_what_does_not_fit():
+    from gemvbw import settings as st
+
+    with pytest.raises(st.SettingsError) as info:
+        st.resolve({"flush_mib": "100000"}, environ={}, cpus=[0], available_bytes=2 << 30)
+    assert info.value.source == "--flush-mib"
+    with pytest.raises(st.SettingsError) as info:
+        st.resolve({"M": "65536", "K": "65536", "bits": "8"}, environ={}, cpus=[0], available_bytes=2 << 30)
+    assert info.value.source == "--M/--K" and "drop 8 from --bits" not in str(info.value)  # 8 is the only width
+    with pytest.raises(st.SettingsError, match="drop 8 from --bits"):
+        st.resolve({"M": "65536", "K": "65536", "bits": "8,2"}, environ={}, cpus=[0], available_bytes=6 << 30)
+
+
+def test_cpu_ranges_are_bounded_before_they_are_expanded():
+    from gemvbw import system
+
+    with pytest.raises(ValueError, match="beyond CPU 8191"):
+        system.parse_cpu_list("0-99999999")
+    res = run(TINY + ["--cpus", "0-99999999"])
+    assert res.exit_code == 2 and res.stderr.startswith("Error: --cpus:")
+
+
+# --- every command, not just sweep -------------------------------------------------------------
+
+@pytest.mark.parametrize("content,fragment", [
+    ('{"schema": "gemvbw.sweep/1", "settings": {}, "results": 3}', "'results' is int, not a list"),
+    ('{"schema": "gemvbw.sweep/1", "settings": {}, "results": [{"M": 1}]}', "results[0].K is None"),
+    ('{"schema": "gemvbw.sweep/1", "settings": [], "results": []}', "'settings' is not a mapping"),
+])
+def test_compare_and_plot_name_a_malformed_result(tmp_path, content, fragment):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    for args in (["compare", str(path), str(path)], ["plot", str(path), "-o", str(tmp_path / "p.png")]):
+        res = run(args)
+        assert res.exit_code == 2 and fragment in res.stderr and "Traceback" not in res.output, res.output
+
+
+def test_plot_refuses_an_output_it_cannot_write(tmp_path):
+    good = tmp_path / "r.json"
+    assert run(TINY + ["--bits", "4", "--json", str(good), "--format", "json"]).exit_code == 0
+    res = run(["plot", str(good), "-o", str(tmp_path / "chart.bmpx")])
+    assert res.exit_code == 2 and "does not end in .png, .svg or .pdf" in res.stderr
+
+
+def test_compare_works_without_numba(tmp_path):
+    good = tmp_path / "r.json"
+    assert run(TINY + ["--bits", "4", "--json", str(good), "--format", "json"]).exit_code == 0
+    code = ("import sys, builtins; real = builtins.__import__\n"
+            "def no_numba(name, *a, **k):\n"
+            "    if name.split('.')[0] in ('numba', 'llvmlite'): raise ImportError('no numba here')\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = no_numba\n"
+            "from gemvbw.cli import entry; sys.argv = ['gemvbw', 'compare', sys.argv[1], sys.argv[1]]; entry()")
+    done = subprocess.run([sys.executable, "-c", code, str(good)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "same settings and machine facts in every file" in done.stdout
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ('name = "x"\nhidden_size = 64\nlayers = 1\n[[projection]]\nname = "q"\nM = 64.9\nK = 64\n',
+     "projection 'q': M = 64.9 must be a whole number"),
+    ('name = "x"\nhidden_size = 64\nlayers = 1\n[[projection]]\nname = "q"\nM = 64\nK = "64"\n',
+     "projection 'q': K = '64' must be a whole number"),
+    (b"\xff\xfe not utf-8", "not a readable UTF-8 TOML file"),
+])
+def test_an_ill_typed_preset_is_named(tmp_path, body, fragment):
+    path = tmp_path / "m.toml"
+    path.write_bytes(body if isinstance(body, bytes) else body.encode())
+    res = run(["model", "--config", str(path)])
+    assert res.exit_code == 2 and fragment in res.stderr and "Traceback" not in res.output, res.output
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--seconds", "nan"], "--seconds/--interval: give a finite number"),
+    (["--kernel", "all"], "--kernel: soak runs one variant"),
+])
+def test_soak_refuses_what_it_cannot_run(args, fragment):
+    res = run(["soak", "--M", "8", "--K", "64", *args])
+    assert res.exit_code == 2 and fragment in res.stderr, res.output
+
+
+def test_noisy_is_judged_by_the_bulk_of_the_calls_not_a_few_outliers():
+    from gemvbw.harness import CallOverhead, Group, Measurement
+    from gemvbw.results import result_notes
+    from gemvbw.roofline import Bandwidth, Roofline
+
+    calm = [100_000] * 95 + [1_000_000] * 5  # five outliers: CV far above 10 %, the bulk steady
+    m = Measurement((Group(tuple(calm)),))
+    assert m.cv > 0.10 and m.robust_spread == 0.0
+    rf = Roofline(Bandwidth("memcpy", 1, 1, 1.0, (1.0,), 10.0), Bandwidth("read", 1, 1, 1.0, (1.0,), 10.0))
+    codes = {n.code for n in result_notes(m, 1.0, CallOverhead(1.0, 1.0, 40.0), rf, 1 << 40, None, 64)}
+    assert "noisy" not in codes
+    spread = [int(100_000 * (1 + 0.2 * ((i % 5) - 2))) for i in range(100)]  # the bulk itself varies by 20-40 %
+    assert "noisy" in {n.code for n in result_notes(Measurement((Group(tuple(spread)),)), 1.0,
+                                                     CallOverhead(1.0, 1.0, 40.0), rf, 1 << 40, None, 64)}
+
+
+def test_contention_is_detected_from_preemptions_and_steal():
+    from gemvbw import contention
+
+    quiet = contention.between(contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(12, 5.0, 110.0), 100)
+    assert quiet == {"involuntary_switches": 2, "calls": 100, "steal_share": 0.0, "contended": False}
+    busy = contention.between(contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(90, 5.0, 110.0), 100)
+    assert busy["contended"] and contention.message(busy).startswith("the process was preempted 80 times in 100")
+    stolen = contention.between(contention.Snapshot(0, 5.0, 100.0), contention.Snapshot(0, 6.0, 110.0), 100)
+    assert stolen["contended"] and stolen["steal_share"] == pytest.approx(0.1)
