@@ -163,6 +163,7 @@ class ProjectionRow:
     eff_gbps: float
     pct_read: float
     share: float  # of the token's GEMV time
+    variant: str | None = None  # the kernel variant whose figure this is
 
 
 @dataclass(frozen=True)
@@ -196,22 +197,23 @@ class TokenSummary:
             "projections": [{
                 "name": r.projection.name, "M": r.projection.M, "K": r.projection.K, "per_token": r.per_token,
                 "logical_bytes": r.logical_bytes, "best_avg_us": r.best_avg_us, "eff_gbps": r.eff_gbps,
-                "pct_read": r.pct_read, "share": r.share,
+                "pct_read": r.pct_read, "share": r.share, "variant": r.variant,
             } for r in self.rows],
         }
 
 
-def token_summary(preset: Preset, bits: int, measured: dict[tuple[int, int], tuple[int, float]],
+def token_summary(preset: Preset, bits: int, measured: dict[tuple[int, int], tuple],
                   read_gbps: float) -> TokenSummary:
-    """Per-token figures from one measurement per distinct shape: measured[(M, K)] = (logical bytes, best_avg_us)."""
+    """Per-token figures from one measurement per distinct shape: measured[(M, K)] = (logical bytes, best_avg_us)
+    or (logical bytes, best_avg_us, variant)."""
     parts = []
     for p in preset.projections:
-        lb, us = measured[(p.M, p.K)]
-        parts.append((p, p.per_token(preset.layers), lb, us))
-    total_s = sum(n * us / 1e6 for _, n, _, us in parts)
-    total_bytes = sum(n * lb for _, n, lb, _ in parts)
+        lb, us, *variant = measured[(p.M, p.K)]
+        parts.append((p, p.per_token(preset.layers), lb, us, variant[0] if variant else None))
+    total_s = sum(n * us / 1e6 for _, n, _, us, _ in parts)
+    total_bytes = sum(n * lb for _, n, lb, _, _ in parts)
     rows = tuple(ProjectionRow(
         p, n, lb, us, metrics.eff_gbps(lb, us / 1e6), metrics.pct_read(metrics.eff_gbps(lb, us / 1e6), read_gbps),
-        metrics.ratio(n * us / 1e6, total_s),
-    ) for p, n, lb, us in parts)
+        metrics.ratio(n * us / 1e6, total_s), v,
+    ) for p, n, lb, us, v in parts)
     return TokenSummary(bits, total_bytes, total_s, metrics.bound_seconds(total_bytes, read_gbps), read_gbps, rows)

@@ -104,8 +104,11 @@ def test_too_much_memory_fails_before_allocating():
 
 
 def test_memory_needed_counts_largest_width():
-    s = make({"M": "4096", "K": "14336"})
-    assert memory_needed(s) > 4096 * 14336  # the w8 codes alone
+    # a shape where the sweep outweighs the rooflines: the largest width (w8) sets it, twice (its codes and the
+    # temporary they are generated in), plus x and y (8 bytes of float32 per element), flush and verification
+    s = make({"M": "65536", "K": "14336", "bits": "2,8", "act": "f32"})
+    w8 = 65536 * 14336 + 65536 * 224 * 2 * 2
+    assert memory_needed(s) == 2 * w8 + 8 * (65536 + 14336) * 4 + (64 << 20) + (128 << 20) == 2_200_371_200
 
 
 def test_unwritable_result_paths(tmp_path):

@@ -13,7 +13,9 @@ def _mib(n: int) -> str:
 
 
 def summary_lines(preset: Preset, s: TokenSummary) -> list[str]:
+    several = len({r.variant for r in s.rows}) > 1
     return [
+        *(["per projection, the fastest variant measured (--kernel all): what an engine would pick"] if several else []),
         f"weight bytes per token: {s.bytes_per_token / 1e6:.1f} MB (sum over projections x count per token)",
         f"measured GEMV time per token: {1e3 * s.gemv_s_per_token:.2f} ms -> {s.tokens_per_s:.1f} tokens/s",
         f"bandwidth bound: {s.bytes_per_token / 1e6:.1f} MB / {s.read_gbps:.1f} GB/s (read roofline) = "
@@ -27,12 +29,12 @@ def markdown(preset: Preset, summaries: list[TokenSummary]) -> str:
     lines = [f"## Model {preset.name}: {preset.layers} layers, hidden {preset.hidden_size} ({preset.source})", ""]
     for s in summaries:
         lines.append(f"### w{s.bits}")
-        lines.append("projection | shape | per token | W MiB | us/call | eff GB/s | %read | share of token")
-        lines.append("-----------|------:|----------:|------:|--------:|---------:|------:|---------------:")
+        lines.append("projection | shape | per token | W MiB | us/call | eff GB/s | %read | share of token | variant")
+        lines.append("-----------|------:|----------:|------:|--------:|---------:|------:|---------------:|--------")
         for r in s.rows:
             p = r.projection
             lines.append(f"{p.name} | {p.M}x{p.K} | {r.per_token} | {_mib(r.logical_bytes)} | {r.best_avg_us:.1f} | "
-                         f"{r.eff_gbps:.2f} | {r.pct_read:.1f} | {100 * r.share:.1f}%")
+                         f"{r.eff_gbps:.2f} | {r.pct_read:.1f} | {100 * r.share:.1f}% | {r.variant or '-'}")
         lines.append("")
         lines.extend(f"- {line}" for line in summary_lines(preset, s))
         lines.append("")
@@ -48,12 +50,12 @@ def print_rich(console, preset: Preset, summaries: list[TokenSummary]) -> None:
     for s in summaries:
         table = Table(title=f"w{s.bits}: per projection", title_justify="left", box=box.SIMPLE_HEAD,
                       padding=(0, 0, 0, 1), pad_edge=False)
-        for col in ("projection", "shape", "per tok", "W MiB", "us/call", "eff GB/s", "%read", "share"):
+        for col in ("projection", "shape", "per tok", "W MiB", "us/call", "eff GB/s", "%read", "share", "variant"):
             table.add_column(col, justify="left" if col == "projection" else "right")
         for r in s.rows:
             p = r.projection
             table.add_row(p.name, f"{p.M}x{p.K}", str(r.per_token), _mib(r.logical_bytes), f"{r.best_avg_us:.1f}",
-                          f"{r.eff_gbps:.2f}", f"{r.pct_read:.1f}", f"{100 * r.share:.1f}%")
+                          f"{r.eff_gbps:.2f}", f"{r.pct_read:.1f}", f"{100 * r.share:.1f}%", r.variant or "-")
         console.print(table)
         for line in summary_lines(preset, s):
             console.print(f"  {line}", highlight=False)
