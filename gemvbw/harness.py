@@ -119,21 +119,23 @@ def time_groups(
     on_group: Callable[[int, Group], None] | None = None,
     max_seconds: float = 0.0,
     stable_within: float = 0.05,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Measurement:
     """``reps`` groups of ``iters`` timed calls, each after a cache flush.
 
     With ``max_seconds`` > 0, groups are added until the last ``reps`` group
     means agree within ``stable_within`` (relative spread) or the time is up.
+    ``clock`` times the calls (ns) and ``monotonic`` the budget (s): tests give their own.
     """
     call()  # one warm-up call outside the timing (compilation is done by then)
-    clock = time.perf_counter_ns
-    started = time.monotonic()
+    started = monotonic()
     groups: list[Group] = []
 
     def settled() -> bool:
         return len(groups) >= reps and metrics.spread([g.mean_us for g in groups[-reps:]]) <= stable_within
 
-    while len(groups) < reps or (max_seconds > 0 and not settled() and time.monotonic() - started < max_seconds):
+    while len(groups) < reps or (max_seconds > 0 and not settled() and monotonic() - started < max_seconds):
         lat = []
         for _ in range(iters):
             flusher.flush()

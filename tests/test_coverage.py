@@ -1,0 +1,205 @@
+"""Behaviour that had no test: the timing loop's stop rule, every warning code at its threshold, the exporters,
+and the views of a run that no other test reads (values asserted, machine facts injected)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gemvbw.cli import main
+from gemvbw.harness import CacheFlusher, CallOverhead, Group, Measurement, time_groups
+from gemvbw.results import result_notes, run_notes
+from gemvbw.roofline import Bandwidth, Roofline
+
+TINY = ["sweep", "--M", "64", "--K", "256", "--iters", "2", "--reps", "1", "--flush-mib", "1", "--threads", "1"]
+
+
+def run(args, env=None):
+    return CliRunner().invoke(main, args, env=env or {}, catch_exceptions=False)
+
+
+class FakeClock:
+    """perf_counter_ns for the timed calls (each call takes the next duration) and monotonic for the budget."""
+
+    def __init__(self, durations_ns, seconds_per_group=0.0, iters=1):
+        self.durations = list(durations_ns)
+        self.t = 0
+        self.reads = 0
+        self.seconds = 0.0
+        self.per_group = seconds_per_group
+        self.iters = iters
+
+    def ns(self):
+        self.reads += 1
+        if self.reads % 2 == 0:  # the read after a call: advance by its duration
+            self.t += self.durations.pop(0)
+            if (self.reads // 2) % self.iters == 0:
+                self.seconds += self.per_group
+        return self.t
+
+    def mono(self):
+        return self.seconds
+
+
+def test_time_groups_times_each_call_between_two_clock_reads():
+    clock = FakeClock([100, 200, 300, 400, 500, 600])
+    m = time_groups(lambda: None, 2, 3, CacheFlusher(0), clock=clock.ns, monotonic=clock.mono)
+    assert [g.latencies_ns for g in m.groups] == [(100, 200), (300, 400), (500, 600)]
+    assert m.best_avg_us == 0.15 and m.extended is False and m.stable is None
+
+
+def test_time_groups_adds_groups_until_they_agree_or_the_time_is_up():
+    # 10 s a group, 35 s allowed: a fourth group is added (30 s < 35), then the time is up, still 19% apart
+    clock = FakeClock([1000, 1200, 1010, 1020], seconds_per_group=10.0)
+    m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=35, clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 4 and m.extended is True and m.stable is False
+    clock = FakeClock([1000, 1200, 1010, 1020, 1015], seconds_per_group=1.0)
+    m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=30, clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 5 and m.stable is True  # the last three, 1010, 1020, 1015, agree within 1%
+    clock = FakeClock([1000, 2000, 1000, 2000, 1000, 2000], seconds_per_group=10.0)
+    m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=25, clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 3 and m.stable is False  # 30 s were spent by the third group: no more
+
+
+RF = Roofline(Bandwidth("memcpy", 1, 1 << 28, 0.1, (0.1,), 20.0), Bandwidth("read", 1, 1 << 28, 0.1, (0.1,), 10.0))
+OVERHEAD = CallOverhead(2.0, 1.5, 40.0)
+
+
+def notes(us_list, eff, resident=1 << 40, llc=32 << 20, flush=64, warm=False):
+    m = Measurement((Group(tuple(int(u * 1000) for u in us_list)),))
+    return {n.code for n in result_notes(m, eff, OVERHEAD, RF, resident, llc, flush, warm)}
+
+
+def test_row_warnings_at_their_thresholds():
+    steady = [100.0] * 10
+    assert notes(steady, 5.0) == set()
+    assert "call-overhead" in notes([39.9] * 10, 5.0)  # under 20 x 2.0 us
+    assert "call-overhead" not in notes([40.0] * 10, 5.0)
+    assert "above-read-roofline" in notes(steady, 11.01) and "above-read-roofline" not in notes(steady, 11.0)
+    assert "warm-cache" in notes(steady, 5.0, resident=1 << 20, flush=0)
+    assert "warm-cache" not in notes(steady, 5.0, resident=1 << 20, flush=64)
+    assert "warm-cache" in notes(steady, 5.0, resident=1 << 20, warm=True)
+    two = Measurement((Group((100_000,) * 4), Group((106_000,) * 4)))
+    codes = {n.code for n in result_notes(two, 5.0, OVERHEAD, RF, 1 << 40, None, 64)}
+    assert codes == {"groups-disagree"}  # 6% apart; the bulk within each group is steady
+
+
+@pytest.mark.parametrize("kwargs,code", [
+    (dict(flush_mib=64, llc_bytes=None), "llc-unknown"),
+    (dict(flush_mib=64, llc_bytes=32 << 20), "flush-not-guaranteed"),
+    (dict(flush_mib=32, llc_bytes=32 << 20), "flush-small"),
+    (dict(threads=1, affinity_size=2), "fewer-threads-than-cpus"),
+    (dict(threads=1, affinity_size=2, thread_limit=1), "numba-thread-limit"),
+    (dict(mixed_clusters=True), "mixed-clusters"),
+    (dict(block=128, K=100), "block-exceeds-K"),
+    (dict(act="f32", i8_available=True), "f32-activations"),
+    (dict(emulated="QEMU user mode"), "emulated"),
+])
+def test_run_warnings_each_where_it_applies(kwargs, code):
+    base = dict(flush_mib=64, llc_bytes=32 << 20, threads=2, affinity_size=2)
+    args = {**base, **kwargs}
+    codes = [n.code for n in run_notes(args.pop("flush_mib"), args.pop("llc_bytes"), args.pop("threads"),
+                                       args.pop("affinity_size"), **args)]
+    assert code in codes
+    plain = [n.code for n in run_notes(64, 32 << 20, 2, 2)]
+    assert plain == ["memcpy-counts-both", "flush-not-guaranteed"]  # what every run says, nothing else
+
+
+def test_screen_figures_are_the_json_figures(tmp_path):
+    out = tmp_path / "r.json"
+    res = run(TINY + ["--bits", "4", "--act", "f32", "--kernel", "ref", "--json", str(out), "--format", "mnn"])
+    doc = json.loads(out.read_text())
+    rf, r = doc["roofline"], doc["results"][0]
+    assert f"      1 | {rf['memcpy_gbps']:.1f}" in res.stdout and f"-> read {rf['read_gbps']:.1f} GB/s" in res.stdout
+    row = next(l for l in res.stdout.splitlines() if l.startswith("w4   |"))
+    assert f"{r['best_avg_us']:7.1f}" in row and f"{r['eff_gbps']:8.2f}" in row and f"{r['bytes_per_elem']:10.4f}" in row
+    assert r["bytes_per_elem"] == (64 * 256 // 2 + 64 * 4 * 2 * 2) / (64 * 256)  # 0.5625 by hand
+    assert doc["kernel_choice"] == {}  # a named kernel is not calibrated
+    doc = json.loads(run(TINY + ["--bits", "4", "--act", "f32", "--format", "json"]).stdout)
+    assert doc["kernel_choice"]["w4"]["variant"] in ("ref", "rows4") and doc["kernel_choice"]["w4"]["timings_us"]
+
+
+def test_block_larger_than_K_counts_one_block_per_row():
+    doc = json.loads(run(["sweep", "--M", "8", "--K", "40", "--block", "64", "--bits", "4", "--act", "f32",
+                          "--iters", "1", "--reps", "1", "--flush-mib", "0", "--threads", "1",
+                          "--format", "json"]).stdout)
+    assert doc["results"][0]["bytes_per_elem"] == (8 * 40 // 2 + 8 * 1 * 2 * 2) / (8 * 40)  # 0.6 by hand
+
+
+def test_exporters_write_what_the_screen_shows(tmp_path):
+    md, csv = tmp_path / "r.md", tmp_path / "r.csv"
+    res = run(TINY + ["--bits", "4,2", "--act", "f32", "--md", str(md), "--csv", str(csv), "--format", "mnn"])
+    assert res.exit_code == 0
+    assert md.read_text().splitlines()[:1] == res.stdout.splitlines()[:1] and "w2   |" in md.read_text()
+    rows = csv.read_text().splitlines()
+    assert rows[0].startswith("type,variant,bits") and [r.split(",")[2] for r in rows[1:]] == ["4", "2"]
+
+
+def test_a_failed_kernel_has_a_csv_row_without_figures(tmp_path):
+    from gemvbw import kernels
+
+    def bind(qm):
+        def wrong(x, y):
+            y[:] = 1.0
+
+        return wrong
+
+    kernels.register(kernels.KernelSpec(4, "f32", "broken", "ones", bind))
+    try:
+        csv = tmp_path / "r.csv"
+        assert run(TINY + ["--bits", "4", "--act", "f32", "--kernel", "broken", "--csv", str(csv)]).exit_code == 1
+        header, row = csv.read_text().splitlines()
+        cells = dict(zip(header.split(","), row.split(",")))
+        assert cells["variant"] == "broken" and cells["verified"] == "false" and cells["eff_gbps"] == ""
+        assert "FAILED verification" in cells["error"]
+    finally:
+        kernels.unregister(4, "f32", "broken")
+
+
+def test_model_exports(tmp_path):
+    from tests.test_models import TINY_MODEL
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    base = ["model", "--config", str(path), "--bits", "4", "--iters", "2", "--reps", "1", "--flush-mib", "1",
+            "--threads", "1", "--act", "f32"]
+    csv = tmp_path / "m.csv"
+    assert run(base + ["--csv", str(csv), "--format", "mnn"]).exit_code == 0
+    assert len(csv.read_text().splitlines()) == 1 + 3  # three distinct shapes, one width
+    doc = json.loads(run(base + ["--format", "json"]).stdout)
+    assert doc["model"]["name"] == "Tiny" and doc["model"]["per_bits"][0]["bits"] == 4
+    rich = run(base + ["--format", "rich"]).stdout
+    assert "w4: per projection" in rich and "tokens/s" in rich
+
+
+def test_compare_three_files_with_rich(tmp_path):
+    paths = []
+    for seed in ("1", "2", "3"):
+        p = tmp_path / f"r{seed}.json"
+        assert run(TINY + ["--bits", "4", "--act", "f32", "--kernel", "ref", "--seed", seed, "--json", str(p)]).exit_code == 0
+        paths.append(str(p))
+    res = run(["compare", *paths, "--format", "rich"])
+    assert res.exit_code == 0 and "[2]/[0]" in res.stdout and "! differs: settings.seed: 1 vs 2 vs 3" in res.stdout
+
+
+def test_format_auto_is_rich_on_a_terminal_and_markdown_in_a_pipe():
+    import io
+
+    from gemvbw.report import resolve_format
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert resolve_format("auto", Tty()) == "rich" and resolve_format("auto", io.StringIO()) == "mnn"
+
+
+def test_info_without_numba():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['numba'] = None\n"
+            "from gemvbw.cli import entry; sys.argv = ['gemvbw', 'info']; entry()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cpu:") and "numba:      not importable;" in done.stdout
