@@ -19,8 +19,10 @@ class MalformedResult(ValueError):
     """A result file whose results are not what gemvbw writes."""
 
 
-def result_key(r: dict) -> tuple:
-    return (r["M"], r["K"], r["bits"], r.get("block"), r.get("act", "f32"), r.get("variant"))
+def result_key(r: dict, by_width: bool = False) -> tuple:
+    """What matches a result across runs; ``by_width``: runs that chose their variants (--kernel auto) are
+    matched by shape and width whatever each chose (a choice within the noise may differ between runs)."""
+    return (r["M"], r["K"], r["bits"], r.get("block"), r.get("act", "f32"), "auto" if by_width else r.get("variant"))
 
 
 def check_results(doc: dict, label: str) -> None:
@@ -83,9 +85,10 @@ def compare(docs: list[dict], labels: list[str]) -> Comparison:
     """Rows in the order results first appear; every run's figure for each (shape, width, variant)."""
     keys: list[tuple] = []
     tables = []
+    by_width = all(isinstance(d.get("settings"), dict) and d["settings"].get("kernel") == "auto" for d in docs)
     for doc, label in zip(docs, labels):
         check_results(doc, label)
-        table = {result_key(r): r for r in doc.get("results", [])}
+        table = {result_key(r, by_width): r for r in doc.get("results", [])}
         tables.append(table)
         keys.extend(k for k in table if k not in keys)
     rows = []
@@ -95,4 +98,9 @@ def compare(docs: list[dict], labels: list[str]) -> Comparison:
             tuple(t[k]["eff_gbps"] if k in t else None for t in tables),
             tuple(t[k]["best_avg_us"] if k in t else None for t in tables),
         ))
-    return Comparison(tuple(labels), tuple(rows), tuple(differences(docs)))
+    chosen = []
+    for k in keys:  # --kernel auto chose differently in some run: said, since it is not the same kernel
+        names = [t[k].get("variant") if k in t else None for t in tables]
+        if by_width and len({n for n in names if n is not None}) > 1:
+            chosen.append(f"variant w{k[2]} {k[0]}x{k[1]}: " + " vs ".join(str(n) for n in names))
+    return Comparison(tuple(labels), tuple(rows), tuple(differences(docs) + chosen))

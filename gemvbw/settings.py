@@ -332,9 +332,8 @@ def copies_held(bits: int, block: int, act: str) -> int:
     from gemvbw import kernels
     from gemvbw.kernels import packed
 
-    layouts = {(packed.layout_bytes(packed.PRIMITIVES[s.variant.removeprefix(kernels.PACKED_PREFIX)]),
-                packed.w8_bias(s.variant.removeprefix(kernels.PACKED_PREFIX)) if bits == 8 else 0)
-               for s in kernels.variants(bits, "i8")}
+    prims = [packed.PRIMITIVES[s.variant.removeprefix(kernels.PACKED_PREFIX)] for s in kernels.variants(bits, "i8")]
+    layouts = {(packed.layout_bytes(p), packed.code_bias(p, bits)) for p in prims}
     return max(2, 1 + len(layouts))
 
 

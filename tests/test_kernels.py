@@ -196,10 +196,11 @@ def test_repacked_layout_holds_the_same_bytes(tier, bits, meta_bytes):
     order = packed.pair_order(bits, V)
     assert npairs == 3 and sorted(order) == list(range(len(order))) and len(order) == 2 * 64 * bits // 8
     pc = pc.copy()
+    bias = packed.code_bias(packed.PRIMITIVES[tier], bits)
     if bits == 3:
         for start in range(0, pc.size, 48):
             pc[start + 32:start + 48] = _stored_high_bits(pc[start + 32:start + 48], V)
-    if bits == 8 and packed.w8_bias(tier):  # stored as c - 128
+    if bits == 8 and bias:  # stored as c - 128
         pc ^= np.uint8(0x80)
     assert np.array_equal(_stored_pairs(pc, order, 2, npairs), qm.codes[:8, :npairs * len(order)])
     assert pc.nbytes == 8 * npairs * 2 * 64 * bits // 8 and pm.dtype == qm.scale_raw.dtype

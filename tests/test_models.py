@@ -242,3 +242,16 @@ def test_model_kernel_all_uses_the_fastest_variant_of_each_projection():
     rec.results = [R(8, 8, 5.0, "ref"), R(8, 8, 2.0, "rows4"), R(8, 8, 3.0, "packed-4x2-x"), R(16, 8, 9.0, "ref"),
                    R(8, 8, 1.0, "ref", bits=2)]
     assert fastest_per_shape(rec, 4) == {(8, 8): (100, 2.0, "rows4"), (16, 8): (100, 9.0, "ref")}
+
+
+def test_compare_of_auto_runs_matches_by_width_and_says_when_the_choice_differed():
+    from gemvbw.compare import compare
+
+    def doc(variant, gbps):
+        return {"settings": {"kernel": "auto"}, "system": {},
+                "results": [{"M": 8, "K": 64, "bits": 2, "block": 64, "act": "i8", "variant": variant,
+                             "eff_gbps": gbps, "best_avg_us": 1.0}]}
+
+    cmp = compare([doc("packed-4x2-a", 10.0), doc("packed-4x2-b", 12.0)], ["first", "now"])
+    assert [r.ratios for r in cmp.rows] == [(1.0, 1.2)]
+    assert cmp.differences == ("variant w2 8x64: packed-4x2-a vs packed-4x2-b",)

@@ -142,7 +142,7 @@ def w3_high_table(V: int) -> np.ndarray:
 @njit(parallel=True, cache=True)
 def repack(codes, scale, offset, order, high, npairs, bits, flip, pc, pm):
     """Fill pc and pm with the (codes, metadata) of the first 2*npairs blocks, row group by row group, block
-    pair by block pair. flip: XOR every code byte with 0x80 (w8 stored as c - 128)."""
+    pair by block pair. flip: XOR w8's code bytes with it (0x80: stored as c - 128)."""
     groups = codes.shape[0] // ROWS
     pair_bytes = order.shape[0]
     for g in prange(groups):
@@ -164,9 +164,9 @@ def repack(codes, scale, offset, order, high, npairs, bits, flip, pc, pm):
                             if src >= 0:
                                 v |= ((np.int64(stored[src // 8]) >> (src % 8)) & 1) << t
                         dst[32 + j] = v
-                if flip:
+                if flip and bits == 8:
                     for j in range(pair_bytes):
-                        dst[j] ^= np.uint8(0x80)
+                        dst[j] ^= np.uint8(flip)
             for h in range(2):
                 for i in range(ROWS):
                     pm[k * 16 + 4 * h + i] = scale[g * ROWS + i, 2 * q + h]
@@ -178,9 +178,9 @@ def layout_bytes(prim) -> int:
     return getattr(prim, "layout_bytes", prim.vector_bytes)
 
 
-def w8_bias(tier: str) -> int:
-    """What is subtracted from w8 codes at repacking for this tier's dot product (128 or 0)."""
-    return 128 if PRIMITIVES[tier].w8_codes == "s8" else 0
+def code_bias(prim, bits: int) -> int:
+    """What the tier's dot product sees subtracted from each code: 128 for w8 stored as c - 128, else 0."""
+    return 128 if bits == 8 and prim.w8_codes == "s8" else 0
 
 
 def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, tier: str):
@@ -195,7 +195,8 @@ def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K:
     # process, interleaved: 56 -> 76% of a plain read of the same bytes with 1 thread, 77 -> 87% with 2.
     pc = np.empty(groups * npairs * ROWS * order.shape[0], np.uint8)
     pm = np.empty(groups * npairs * 16, scale.dtype)
-    repack(codes, scale, offset, order, high, npairs, bits, bits == 8 and w8_bias(tier) != 0, pc, pm)
+    flip = 0x80 if code_bias(PRIMITIVES[tier], bits) else 0
+    repack(codes, scale, offset, order, high, npairs, bits, flip, pc, pm)
     return pc, pm, npairs
 
 
@@ -235,17 +236,21 @@ def _terms(builder, bits, chunks, acts, byte_shifts: bool):
 def _w3_isum(prim, builder, lows_v, high16, acts):
     """w3: the 2-bit low field plus 4 times the high bit, from the low-plane vectors and the 16 high-plane bytes."""
     VT = lows_v[0].type
-    lows = [(c, p, bit_field(builder, v, 2 * p, 2, prim.signed_codes)) for c, v in enumerate(lows_v) for p in range(4)]
-    if prim.signed_codes:
-        # the high bit as a term of its own, -1 where set (a compare yields all ones): one test per tile
-        # instead of a shift, a mask and an or; sum(q x) = sum(low x) - 4 sum(term x)
+    if hasattr(prim, "insert_high"):
+        # each 3-bit code built whole by the tier (NEON's sli): the field, with the tile's high bit (regrouped at
+        # repacking) isolated as 0/1 and put above it. A test of the bit (cmtst) instead is one instruction less
+        # per 16 weights but needs eight mask constants, which LLVM rematerializes in the loop: measured 0.39
+        # against 0.38 instructions per weight (a -1/0 term in a second dot product, earlier: 0.45-0.48)
         assert VT.count == 16
-        lo = prim.dot(builder, [(f, acts[4 * c + p]) for c, p, f in lows], 3)
-        terms = [(builder.sext(builder.icmp_unsigned("!=", builder.and_(high16, splat(VT, 1 << (4 * c + p))),
-                                                     splat(VT, 0)), VT), acts[4 * c + p]) for c, p, _ in lows]
-        hi = prim.dot(builder, terms, 1)
-        return builder.sub(lo, builder.shl(hi, ir.Constant(hi.type, [2] * hi.type.count)))
-    # unsigned codes (x86): the high bits loaded into both 16-byte halves, the upper half shifted by 4, so
+        terms = []
+        for c, v in enumerate(lows_v):
+            for p in range(4):
+                t = 4 * c + p
+                field = v if p == 0 else builder.lshr(v, splat(VT, 2 * p))  # bits above the field are dropped
+                terms.append((prim.insert_high(builder, field, bit_field(builder, high16, t, 1, True)), acts[t]))
+        return prim.dot(builder, terms, 7)
+    lows = [(c, p, bit_field(builder, v, 2 * p, 2, prim.byte_shifts)) for c, v in enumerate(lows_v) for p in range(4)]
+    # x86: the high bits loaded into both 16-byte halves, the upper half shifted by 4, so
     # every lane finds field p's high bit at bit p; moved to bit 2 and or-ed onto the field
     assert VT.count == 32
     both = builder.shuffle_vector(high16, high16, ir.Constant(vec(I32, 32), list(range(16)) * 2))
@@ -333,8 +338,9 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
         mofs = builder.mul(kv, ir.Constant(kv.type, 16))
         s = meta8(context, builder, pmty, pmv, mofs)
         o = meta8(context, builder, pmty, pmv, off(builder, mofs, 8))
-        if bits == 8 and prim.w8_codes == "s8":  # codes stored as c - 128: sum(c x) = sum((c - 128) x) + 128 sum(x)
-            o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [128.0] * 8)))
+        bias = code_bias(prim, bits)
+        if bias:  # codes multiplied as c - bias: sum(c x) = sum((c - bias) x) + bias sum(x)
+            o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [float(bias)] * 8)))
         lanes = builder.mul(qv, ir.Constant(qv.type, 8))
         d = builder.load(ptr(context, builder, ddty, ddv, lanes, V8F), align=4)
         x = builder.load(ptr(context, builder, xsty, xsv, lanes, V8F), align=4)
@@ -430,7 +436,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     prim = PRIMITIVES[tier]
     V = layout_bytes(prim)
-    layout = (V, w8_bias(tier) if qm.bits == 8 else 0)
+    layout = (V, code_bias(prim, qm.bits))
     copies = _PACKED.setdefault(qm, {})
     if layout not in copies:  # verification, calibration and the timed run share one copy
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)

@@ -33,6 +33,13 @@ def _reduce4(builder, parts):
 _PREFETCH = {8: 0, 4: 2048, 3: 2048, 2: 2048}
 
 
+def _insert_high(builder, field, high):
+    """A w3 code from its 2-bit field (whatever lies above it) and a byte to put above it: sli #2 keeps the
+    field's two low bits and shifts the byte in above them, one instruction."""
+    sli = fn(builder, "llvm.aarch64.neon.vsli.v16i8", V16I8, [V16I8, V16I8, I32])
+    return builder.call(sli, [field, high, ir.Constant(I32, 2)])
+
+
 class NeonDotprod:
     """NEON with the dot-product extension (ARMv8.2 asimddp): sdot adds four int8 products into each int32 lane."""
 
@@ -41,6 +48,7 @@ class NeonDotprod:
     w8_codes = "s8"
     signed_codes = True
     byte_shifts = True  # ushr on .16b
+    insert_high = staticmethod(_insert_high)
     prefetch_ahead = _PREFETCH
 
     def dot(self, builder, terms, code_max):
@@ -64,6 +72,7 @@ class Neon:
     w8_codes = "s8"
     signed_codes = True
     byte_shifts = True  # ushr on .16b
+    insert_high = staticmethod(_insert_high)
     prefetch_ahead = _PREFETCH
 
     def dot(self, builder, terms, code_max):
