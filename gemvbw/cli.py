@@ -277,7 +277,7 @@ def sweep(fmt: str, **flags) -> None:
 @click.option("--block", metavar="INT", help="Quantization block (default 64).")
 @click.option("--threads", metavar="INT", help="Threads (default: CPUs in the affinity mask).")
 @click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
-@click.option("--iters", metavar="INT", default="100", show_default=True, help="Timed calls per group.")
+@click.option("--iters", metavar="INT", help="Timed calls per group (default 100; env MNN_GEMVBW_ITERS).")
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is used (default 3).")
 @click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset (default 2).")
@@ -297,7 +297,7 @@ def model(name: str | None, config_path: str | None, fmt: str, md_path: str | No
     """Measure every decode GEMV of a model preset and turn it into time and tokens per second.
 
     Each distinct shape is measured once per bit width (layers share shapes) and multiplied
-    by how often it runs per token. Presets: the files in configs/ (gemvbw model --list).
+    by how often it runs per token. Presets: the files in configs/ (a NAME that is none of them lists them).
     """
     flags["md_path"] = md_path  # checked against --json and --csv
     if (name is None) == (config_path is None):
@@ -313,6 +313,8 @@ def model(name: str | None, config_path: str | None, fmt: str, md_path: str | No
     from gemvbw.settings import SettingsError, resolve
 
     flags["shapes"] = tuple(preset.shapes)
+    if flags["iters"] is None and "MNN_GEMVBW_ITERS" not in os.environ:  # the model's own default, below the variable
+        flags["iters"] = "100"
     try:
         settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
     except SettingsError as exc:
@@ -450,7 +452,8 @@ def soak(seconds: float, interval: float, fmt: str, md_path: str | None, **flags
     from gemvbw.report.soak_view import SoakView
     from gemvbw.settings import SettingsError, resolve
 
-    flags["bits"] = flags["bits"] if flags["bits"] is not None else "4"
+    if flags["bits"] is None and "MNN_GEMVBW_BITS" not in os.environ:  # soak's own default, below the variable
+        flags["bits"] = "4"
     try:
         settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
     except SettingsError as exc:

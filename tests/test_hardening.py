@@ -331,3 +331,31 @@ def test_contention_is_detected_from_preemptions_and_steal():
     assert busy["contended"] and contention.message(busy).startswith("the process was preempted 80 times in 100")
     stolen = contention.between(contention.Snapshot(0, 5.0, 100.0), contention.Snapshot(0, 6.0, 110.0), 100)
     assert stolen["contended"] and stolen["steal_share"] == pytest.approx(0.1)
+
+
+def test_model_and_soak_honour_the_variables_of_their_options(tmp_path):
+    from tests.test_models import TINY_MODEL
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL)
+    doc = json.loads(run(["model", "--config", str(path), "--bits", "4", "--reps", "1", "--flush-mib", "0",
+                          "--threads", "1", "--format", "json"], env={"MNN_GEMVBW_ITERS": "2"}).stdout)
+    assert doc["settings"]["iters"] == 2
+    res = run(["model", "--config", str(path)], env={"MNN_GEMVBW_ITERS": "two"})
+    assert res.exit_code == 2 and res.stderr.startswith("Error: MNN_GEMVBW_ITERS: 'two' is not a whole number")
+    res = run(["soak", "--M", "8", "--K", "64"], env={"MNN_GEMVBW_BITS": "5"})
+    assert res.exit_code == 2 and res.stderr.startswith("Error: MNN_GEMVBW_BITS: '5' is not a supported width")
+    out = tmp_path / "soak.json"
+    res = run(["soak", "--M", "8", "--K", "64", "--seconds", "1", "--interval", "0.5", "--flush-mib", "0",
+               "--threads", "1", "--format", "text", "--json", str(out)], env={"MNN_GEMVBW_BITS": "2"})
+    assert res.exit_code == 0 and json.loads(out.read_text())["settings"]["bits"] == [2]
+
+
+def test_options_the_help_mentions_exist():
+    import re
+
+    for command in ("sweep", "model", "soak", "roofline", "compare", "plot", "info"):
+        text = run([command, "--help"]).stdout
+        own = set(re.findall(r"(?m)^\s+(--[a-z][\w-]*)", text))
+        for mentioned in set(re.findall(r"gemvbw " + command + r" [^\n]*?(--[a-z][\w-]*)", text)):
+            assert mentioned in own, f"gemvbw {command} --help mentions {mentioned}, which it does not have"
