@@ -103,6 +103,8 @@ def prepare_numba_env() -> None:
     bad = numba_env.check(os.environ)
     if bad:
         usage_error(bad)
+    if "numba" in sys.modules:
+        return  # its cache was settled when it was imported (a second command in one process, as in tests)
     try:
         note = numba_env.prepare_cache(os.environ)
     except ValueError as exc:

@@ -12,3 +12,14 @@ os.environ.setdefault("GEMVBW_CACHE_DIR", tempfile.mkdtemp(prefix="gemvbw-test-c
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _restore_affinity():
+    """--cpus pins the whole process (as taskset does). Tests that invoke the CLI in-process
+    (the fuzz test draws --cpus 0) would otherwise leave pytest, and every subprocess it starts
+    later, on one CPU: tests that count the allowed CPUs would then depend on test order."""
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    yield
+    if before is not None and os.sched_getaffinity(0) != before:
+        os.sched_setaffinity(0, before)

@@ -262,6 +262,8 @@ def test_rerun_bad_file(tmp_path, content, fragment):
 def test_unwritable_directory_fails_before_measuring(tmp_path, monkeypatch):
     import tempfile
 
+    pytest.importorskip("numba")  # imported first, so numba's cache check is not probed with the refusal below
+
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 

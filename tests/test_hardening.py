@@ -99,7 +99,7 @@ def test_a_full_disk_mid_run_keeps_measuring_and_says_so(tmp_path, monkeypatch):
 
 # --- signals and pipes, at any moment --------------------------------------------------------------
 
-@pytest.mark.parametrize("raised,code,said", [(KeyboardInterrupt, 130, "Interrupted"), (BrokenPipeError, 141, "")])
+@pytest.mark.parametrize("raised,code,said", [(KeyboardInterrupt, 130, "Interrupted (Ctrl-C).\n"), (BrokenPipeError, 141, "")])
 def test_entry_point_ends_a_signal_or_a_closed_pipe_with_its_status(monkeypatch, capsys, raised, code, said):
     def boom(*a, **k):
         raise raised()
@@ -108,7 +108,60 @@ def test_entry_point_ends_a_signal_or_a_closed_pipe_with_its_status(monkeypatch,
     with pytest.raises(SystemExit) as info:
         cli.entry()
     assert info.value.code == code
-    assert said in capsys.readouterr().err
+    assert capsys.readouterr().err == said
+
+
+def entry_exit(monkeypatch, argv) -> int:
+    monkeypatch.setattr(sys, "argv", ["gemvbw", *argv])
+    with pytest.raises(SystemExit) as info:
+        cli.entry()
+    return info.value.code
+
+
+def test_entry_point_keeps_click_from_handling_errors_itself(monkeypatch, capsys):
+    """click's own handling would turn Ctrl-C into 'Aborted!' and exit 1; a usage error is still 2, shown once."""
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    assert entry_exit(monkeypatch, ["sweep", "--M", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --M: 'abc' is not") and err.count("Error:") == 1
+    monkeypatch.setattr(cli, "prepare_numba_env", interrupted)
+    assert entry_exit(monkeypatch, ["info"]) == 130
+    assert capsys.readouterr().err == "\nInterrupted (Ctrl-C).\n"  # click ends the interrupted line first
+
+
+@pytest.mark.parametrize("returned,code", [(None, 0), ("not a status", 0), (3, 3)])
+def test_entry_point_exits_with_what_the_command_returned(monkeypatch, returned, code):
+    monkeypatch.setattr(main, "main", lambda *a, **k: returned)
+    with pytest.raises(SystemExit) as info:
+        cli.entry()
+    assert info.value.code == code
+
+
+def test_a_closed_pipe_points_stdout_at_devnull(monkeypatch, tmp_path):
+    def pipe_closed(*a, **k):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(main, "main", pipe_closed)
+    target = tmp_path / "stdout"
+    with open(target, "w") as out:
+        saved = os.dup(out.fileno())
+        monkeypatch.setattr(sys, "stdout", out)
+        with pytest.raises(SystemExit):
+            cli.entry()
+        out.write("after the reader went away")
+        out.flush()
+        os.dup2(saved, out.fileno())
+        os.close(saved)
+    assert target.read_text() == ""  # the late write went to /dev/null, not to the pipe (and raised nothing)
+    import io
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a stdout without a file descriptor
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert sys.stdout.name == os.devnull and sys.stdout.writable()
+    sys.stdout.close()
 
 
 def test_a_closed_pipe_ends_quietly():

@@ -255,3 +255,12 @@ def test_compare_of_auto_runs_matches_by_width_and_says_when_the_choice_differed
     cmp = compare([doc("packed-4x2-a", 10.0), doc("packed-4x2-b", 12.0)], ["first", "now"])
     assert [r.ratios for r in cmp.rows] == [(1.0, 1.2)]
     assert cmp.differences == ("variant w2 8x64: packed-4x2-a vs packed-4x2-b",)
+
+
+def test_parameter_counts_by_hand():
+    # Llama-3.2-1B, tied embeddings: 16 x (2 x 2048^2 + 2 x 512x2048 + 3 x 8192x2048) + 128256x2048 (lm_head)
+    # + 16 x 4096 (two RMSNorms per layer) + 2048 (final norm)
+    assert models.load("llama-3.2-1b").param_count() == 16 * 60_817_408 + 262_668_288 + 65_536 + 2048 == 1_235_814_400
+    # Llama-3-8B, untied: the embedding counts again beside lm_head
+    assert models.load("llama-3-8b").param_count() == 32 * 218_103_808 + 2 * 525_336_576 + 32 * 8192 + 4096 \
+        == 8_030_261_248

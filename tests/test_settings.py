@@ -132,3 +132,21 @@ def test_format_cpus():
 
 def test_defaults_table_is_complete():
     assert set(DEFAULTS) >= {"M", "K", "bits", "block", "iters", "reps", "flush_mib", "meta_bytes"}
+
+
+def test_memory_needed_of_a_small_sweep_is_the_rooflines():
+    s = make({"M": "64", "K": "256", "bits": "4"})
+    assert memory_needed(s) == 2 * (256 << 20)  # memcpy's two 256 MiB buffers; the read buffer is 256 MiB
+    # a last-level cache of 100 MiB makes the read buffer 8 x 100 MiB, larger than memcpy's pair
+    assert memory_needed(s, llc_bytes=100 << 20) == 800 << 20
+
+
+@pytest.mark.parametrize("raw,ok", [("1x1", True), ("0x1", False), ("1x0", False), ("4096x14336", True)])
+def test_shape_needs_positive_sides(raw, ok):
+    from gemvbw.settings import parse_shape
+
+    if ok:
+        assert parse_shape(raw) == tuple(int(v) for v in raw.split("x"))
+    else:
+        with pytest.raises(SettingsError, match="is not MxK with positive M and K"):
+            parse_shape(raw)

@@ -1,0 +1,216 @@
+"""Every renderer against the exact text it must print, for records built here from fixed figures.
+
+The records go through the real code that derives figures and notes (metrics, result_notes,
+run_notes, compare, token_summary), so a changed formula, threshold, column or word shows up
+as a diff against tests/fixtures/views/. After a deliberate change to the output, rewrite the
+files with GEMVBW_UPDATE_GOLDEN=1 and read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gemvbw import metrics, models
+from gemvbw.compare import compare
+from gemvbw.harness import CallOverhead, Group, Measurement
+from gemvbw.report import model_view
+from gemvbw.report.csv_out import csv_text
+from gemvbw.report.json_out import json_text
+from gemvbw.report.mnn import mnn_text
+from gemvbw.report.rich_view import RichReporter, read_bar
+from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
+from gemvbw.roofline import Bandwidth, Roofline
+
+GOLDEN = Path(__file__).parent / "fixtures" / "views"
+M, K = 4096, 14336
+
+SYSTEM = {
+    "cpu": "Example CPU 9000", "machine": "x86_64", "platform": "linux", "isa": ["avx2", "avx512_vnni"],
+    "cores": 2, "affinity": [0, 1], "llc_bytes": 32 << 20, "affinity_clusters": [0], "affinity_mixed": False,
+    "clusters": [{"cpus": [0, 1], "max_mhz": 3700.0}], "python": "3.11.7", "numba": "0.68.1",
+    "threading_layer": "omp",
+}
+
+
+def settings(**over) -> dict:
+    s = {"M": M, "K": K, "bits": [8, 4, 2], "block": 64, "threads": 2, "iters": 4, "reps": 3, "flush_mib": 64,
+         "meta_bytes": 2, "act": "auto", "kernel": "auto", "seed": 0, "shapes": [[M, K]], "cpus": None,
+         "compare_warm": True}
+    s.update(over)
+    return s
+
+
+ROOFLINE = Roofline(Bandwidth("memcpy", 2, 512 << 20, 0.0392, (0.0392, 0.0401), 27.4),
+                    Bandwidth("read", 2, 256 << 20, 0.00671, (0.00671, 0.0070), 40.0))
+OVERHEAD = CallOverhead(median_us=1.5, min_us=1.1, timer_resolution_ns=30.0)
+
+
+def measurement(*groups_us: tuple[float, ...]) -> Measurement:
+    return Measurement(tuple(Group(tuple(round(us * 1000) for us in g)) for g in groups_us))
+
+
+def result(bits: int, groups_us, variant: str, shape=(M, K), act="i8", warm=None, notes_for=True) -> KernelResult:
+    m, k = shape
+    logical = metrics.logical_bytes(m, k, bits, 64, 2)
+    meas = measurement(*groups_us)
+    warm_meas = None if warm is None else measurement(*warm)
+    notes = () if not notes_for else result_notes(meas, metrics.eff_gbps(logical, meas.best_avg_us / 1e6), OVERHEAD,
+                                                  ROOFLINE, logical, 32 << 20, 64, warm_meas is not None)
+    return KernelResult(bits, m, k, 64, 2, 2, act, variant, meas, logical, logical + 4096, 2.4e-7, ROOFLINE,
+                        notes=notes, warm=warm_meas, act_quant_err=3.1e-3 if act == "i8" else None)
+
+
+def single_record() -> SweepRecord:
+    """One shape, three widths (one of them noisy, one with a warm figure), a failure, every run note."""
+    rec = SweepRecord(SYSTEM, settings(), command=["gemvbw", "sweep", "--compare-warm"],
+                      created="2026-12-01T12:00:00+00:00", roofline=ROOFLINE, overhead=OVERHEAD, partial=False)
+    rec.notes = run_notes(64, 32 << 20, 2, 2)
+    rec.act_choice = {w: [{"act": "i8", "why": "int8 activations: avx512vnni kernels exist for this CPU and block"}]
+                      for w in ("w8", "w4", "w2")}
+    rec.kernel_choice = {"w8": {"variant": "packed-4x2-avx512vnni", "source": "calibrated now",
+                                "timings_us": {"packed-4x2-avx512vnni": 1851.0, "packed-4x2-avx2": 1990.5}}}
+    rec.results = [
+        result(8, [(1850, 1870, 1860, 1880), (1840, 1845, 1850, 1845), (1900, 1910, 1890, 1905)],
+               "packed-4x2-avx512vnni"),
+        result(4, [(1100, 1500, 900, 1300), (1000, 1020, 1010, 1030), (1400, 1250, 1300, 1000)],
+               "packed-4x2-avx512vnni", warm=[(780, 790, 800, 785), (770, 775, 772, 778)]),
+    ]
+    rec.failures = [KernelFailure(2, M, K, "packed-4x2-avx512vnni", "FAILED verification: max rel err 3.2e-01 > 1.0e-02",
+                                  0.32, 0.01, "i8")]
+    return rec
+
+
+def multi_record() -> SweepRecord:
+    """Two shapes, --kernel all with f32 beside i8 (mixed activations), interrupted, with a rerun comparison."""
+    s = settings(bits=[4], kernel="all", shapes=[[64, 40], [4096, 1024]], M=64, K=40, compare_warm=False,
+                 flush_mib=0, cpus=[0, 1])
+    rec = SweepRecord(SYSTEM, s, command=["gemvbw", "sweep"], created="2026-12-01T12:05:00+00:00",
+                      roofline=ROOFLINE, overhead=OVERHEAD, interrupted="SIGINT (Ctrl-C)")
+    rec.notes = run_notes(0, None, 2, 2, block=64, K=40, act="auto", i8_available=True) + \
+        [Note("contention", "a made-up run note", "its advice")]
+    rec.act_choice = {"w4": [{"act": "i8", "why": "int8 activations: avx512vnni kernels exist for this CPU and block"},
+                             {"act": "f32", "why": "--kernel all: the f32 variants too"}]}
+    rec.results = [
+        result(4, [(3.0, 3.2, 3.1, 3.3)], "packed-4x2-avx512vnni", shape=(64, 40)),
+        result(4, [(4.1, 4.0, 4.2, 4.3)], "rows4", shape=(64, 40), act="f32"),
+        result(4, [(95.0, 96.0, 94.0, 97.0)], "packed-4x2-avx512vnni", shape=(4096, 1024), notes_for=False),
+    ]
+    rec.failures = [KernelFailure(4, 4096, 1024, "rows4", "crashed: ValueError('made up')", act="f32")]
+    before = json.loads(json_text(rec))
+    for r in before["results"]:
+        r["eff_gbps"] *= 0.8
+    before["settings"]["seed"] = 1
+    rec.comparison = compare([before, json.loads(json_text(rec))], ["before.json", "this run"])
+    return rec
+
+
+def rich_text(rec: SweepRecord) -> str:
+    out = io.StringIO()
+    rep = RichReporter(out)
+    rep.console = Console(file=out, width=132, color_system=None, force_terminal=False, legacy_windows=False)
+    rep.start(rec, total_groups=sum(len(r.measurement.groups) for r in rec.results))
+    rep.roofline(rec)
+    for r in rec.results:
+        for i, g in enumerate(r.measurement.groups):
+            rep.group_done(r.type, i, g)
+        rep.result(rec, r)
+    for f in rec.failures:
+        rep.failure(rec, f)
+    rep.finish(rec)
+    return out.getvalue()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("GEMVBW_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, f"{name} differs from {path} (GEMVBW_UPDATE_GOLDEN=1 rewrites it after a deliberate change)"
+
+
+@pytest.mark.parametrize("make", [single_record, multi_record], ids=["single", "multi"])
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "rich"])
+def test_each_format_prints_exactly_the_recorded_text(make, fmt):
+    rec = make()
+    text = {"md": mnn_text, "csv": csv_text, "json": json_text, "rich": rich_text}[fmt](rec)
+    check_golden(f"{make.__name__}.{fmt}", text)
+
+
+def test_the_figures_in_the_golden_record_are_the_formulas_by_hand():
+    """The record behind the golden files, checked by hand once: w8 logical bytes, its figures, its notes."""
+    rec = single_record()
+    w8, w4 = rec.results
+    assert w8.logical_bytes == 4096 * 14336 + 4096 * 224 * 2 * 2 == 62_390_272
+    assert w8.best_avg_us == 1845.0 and round(w8.eff_gbps, 3) == round(62_390_272 / 1845e-6 / 1e9, 3) == 33.816
+    assert round(w8.pct_read, 2) == 84.54 and round(w8.gflops, 2) == round(2 * M * K / 1845e-6 / 1e9, 2) == 63.65
+    assert [n.code for n in w8.notes] == []
+    assert [n.code for n in w4.notes] == ["noisy", "groups-disagree", "warm-cache"]
+    # sorted: 900 1000 1000 1010 1020 1030 | 1100 1250 1300 1300 1400 1500: median 1065, MAD 115
+    assert w4.measurement.robust_spread == pytest.approx(1.4826 * 115 / 1065)
+    assert w4.warm_eff_gbps == pytest.approx(33_030_144 / 773.75e-6 / 1e9)
+
+
+def test_read_bar_fills_one_cell_per_fifth():
+    # round() halves to even: 50 % of five cells is 2.5, two cells
+    assert [read_bar(p) for p in (0, 9, 20, 50, 70, 100, 140, -5)] == \
+        ["·····", "·····", "█····", "██···", "████·", "█████", "█████", "·····"]
+    assert read_bar(50, width=10) == "█████·····"
+
+
+def model_summaries():
+    """w4 at 30 GB/s on every projection (75 % of a 40 GB/s read roofline); w8 at 45 GB/s, above it."""
+    preset = models.load("llama-3.2-1b")
+    summaries = []
+    for bits, gbps, variant in ((4, 30.0, "packed-4x2-avx2"), (8, 45.0, None)):
+        measured = {}
+        for i, shape in enumerate(preset.shapes):
+            lb = metrics.logical_bytes(*shape, bits, 64, 2)
+            row_variant = variant or ("rows4" if i % 2 else "packed-4x2-avx2")
+            measured[shape] = (lb, round(lb / gbps / 1e3, 1), row_variant)
+        summaries.append(models.token_summary(preset, bits, measured, 40.0))
+    return preset, summaries
+
+
+def test_model_tables_print_exactly_the_recorded_text():
+    preset, summaries = model_summaries()
+    # 30/40 and 45/40 of the bound, but for the 0.1 us rounding of each call
+    assert summaries[0].pct_of_bound == pytest.approx(75, abs=0.01) and summaries[1].pct_of_bound == pytest.approx(112.5, abs=0.01)
+    check_golden("model.md", model_view.markdown(preset, summaries))
+    out = io.StringIO()
+    model_view.print_rich(Console(file=out, width=132, color_system=None), preset, summaries)
+    check_golden("model.rich", out.getvalue())
+
+
+def soak_record(windows):
+    from gemvbw.soak import SoakRecord, Window
+
+    rec = SoakRecord(SYSTEM, settings(bits=[4], M=4096, K=4096, threads=2), "packed-4x2-avx2", 9_437_184, 10.0, 2.0,
+                     created="2026-12-01T12:10:00+00:00")
+    rec.windows = [Window(2.0 * (i + 1), calls, us, 9_437_184 / us / 1e3, mhz, c)
+                   for i, (calls, us, mhz, c) in enumerate(windows)]
+    return rec
+
+
+def test_soak_text_view_prints_each_window_and_the_summary(capsys):
+    from gemvbw.report.soak_view import SoakView
+
+    # peak 31.46 GB/s (300 us); the last third of five windows is the last one: 360 us, 26.21 GB/s, ratio 0.83
+    rec = soak_record([(6000, 300.0, (3700.0, 3650.0), 61.5), (5900, 305.0, (3600.0, None), 70.25),
+                       (5500, 330.0, (), None), (5200, 350.0, (3100.0,), 85.0), (5100, 360.0, (3000.0,), 88.0)])
+    view = SoakView("mnn")  # piped: the text form
+    view.start(10.0, 2.0)
+    for w in rec.windows:
+        view.window(rec, w)
+    view.stop()
+    view.finish(rec)
+    rec.interrupted = "SIGINT (Ctrl-C)"
+    rec.windows = []
+    view.finish(rec)
+    check_golden("soak.txt", capsys.readouterr().out)
