@@ -216,3 +216,37 @@ def test_soak_text_view_prints_each_window_and_the_summary(capsys):
     rec.windows = []
     view.finish(rec)
     check_golden("soak.txt", capsys.readouterr().out)
+
+
+SOAK_WINDOWS = [(6000, 300.0, (3700.0, 3650.0), 61.5), (5900, 305.0, (3600.0, None), 70.25),
+                (5500, 330.0, (), None)]
+
+
+def test_soak_rich_view_keeps_the_table_on_screen():
+    from gemvbw.report.soak_view import SoakView
+
+    rec = soak_record(SOAK_WINDOWS)
+    out = io.StringIO()
+    view = SoakView("rich")
+    view.console = Console(file=out, width=100, color_system=None)
+    view.start(6.0, 2.0)
+    for w in rec.windows:
+        view.window(rec, w)
+    view.stop()
+    view.finish(rec)
+    check_golden("soak.rich", out.getvalue())
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_soak_file_formats_print_the_whole_record(fmt, capsys, monkeypatch):
+    from gemvbw.report.soak_view import SoakView
+
+    monkeypatch.setattr("sys.argv", ["gemvbw", "soak", "--seconds", "6"])
+    rec = soak_record(SOAK_WINDOWS)
+    view = SoakView(fmt)
+    view.start(6.0, 2.0)
+    for w in rec.windows:
+        view.window(rec, w)
+    view.stop()
+    view.finish(rec)
+    check_golden(f"soak.{fmt}", capsys.readouterr().out)

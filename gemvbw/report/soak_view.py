@@ -56,6 +56,8 @@ class SoakView:
         if self.live is not None:
             self.live.stop()
             self.live = None
+            if not self.console.is_terminal:  # rich leaves a file or pipe on the table's last line
+                self.console.line()
 
     def finish(self, record) -> None:
         if self.fmt == "json":
