@@ -85,9 +85,9 @@ def main() -> int:
         return 2
     if not args.report_only:
         code = run_mutmut(args.patterns, args.max_children)
-        if code not in (0, 1):
-            print(f"mutmut exited with {code}", file=sys.stderr)
-            return code
+        if code != 0:  # e.g. the suite failed without mutants: no score means anything then
+            print(f"Error: mutmut exited with {code} (its output above says why); no score", file=sys.stderr)
+            return 1
     found = statuses()
     if not found:
         print("Error: no results in mutants/; run without --report-only first", file=sys.stderr)
