@@ -81,3 +81,59 @@ def test_corrupted_numba_cache_recompiles(tmp_path):
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert json.loads(out)["results"][0]["verified"] is True
+
+
+TINY_MODEL = """
+name = "Tiny"
+source = "https://huggingface.co/example/tiny"
+hidden_size = 128
+layers = 2
+vocab_size = 512
+published_params = 1
+[[projection]]
+name = "up"
+M = 256
+K = 4096
+count = 1
+[[projection]]
+name = "down"
+M = 4096
+K = 256
+count = 1
+"""
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_during_model_keeps_the_finished_shapes(tmp_path, sig, code, name):
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(TINY_MODEL)
+    out = tmp_path / "model.json"
+    # the first shape is quick; the second runs thousands of f32 calls, so the signal lands during it
+    proc = gemvbw("model", "--config", str(preset), "--bits", "3", "--iters", "4000", "--reps", "3",
+                  "--flush-mib", "1", "--threads", "1", "--act", "f32", "--kernel", "rows4", "--format", "mnn",
+                  "--json", str(out))
+    wait_for_line(proc, "256x4096 | w3")
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and f"INTERRUPTED by {name}" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["partial"] is True and name in doc["interrupted"]
+    assert [(r["M"], r["K"]) for r in doc["results"]] == [(256, 4096)]
+    assert doc["model"]["per_bits"] == []  # no per-token total from half a model
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_during_soak_keeps_the_windows_measured(tmp_path, sig, code, name):
+    out = tmp_path / "soak.json"
+    proc = gemvbw("soak", "--M", "256", "--K", "1024", "--seconds", "120", "--interval", "0.25", "--threads", "1",
+                  "--flush-mib", "1", "--format", "text", "--json", str(out))
+    seen = wait_for_line(proc, "t_s |")
+    seen += [proc.stdout.readline(), proc.stdout.readline()]  # two windows done (their t_s depends on the load)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] == ("SIGINT (Ctrl-C)" if code == 130 else "SIGTERM") and len(doc["windows"]) >= 2
+    assert f"interrupted by {doc['interrupted']}: summary of the {len(doc['windows'])} window(s)" in "".join(seen) + stdout
