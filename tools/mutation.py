@@ -4,8 +4,14 @@
     python tools/mutation.py                      # every module in [tool.mutmut] only_mutate
     python tools/mutation.py 'gemvbw.metrics.*'   # one module (mutmut's mutant-name patterns)
     python tools/mutation.py --report-only        # the table of the last run, nothing rerun
+    python tools/mutation.py --baseline ../old    # only what survived in another checkout's run, merged
 
-Not part of CI: on 2 cores the whole set takes an hour or more. mutmut copies the package
+Every module takes the time of its survivors (each runs every test that reaches it): on 2
+cores, minutes for metrics, an hour or more for all of them. --baseline makes a second run
+after new tests cheap: mutants already killed there stay killed (tests were added, not
+removed), and only the rest are run again here.
+
+Not part of CI. mutmut copies the package
 to mutants/ (ignored by git), and keeps each mutant's result there, so a second run only
 tests what changed. The score is mutants killed (a test failed, or the mutant hung until
 mutmut's timeout) out of mutants generated; survivors are listed so each can be killed by
@@ -15,6 +21,7 @@ a test or explained as equivalent.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import subprocess
@@ -36,16 +43,36 @@ def run_mutmut(patterns: list[str], max_children: int) -> int:
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 
-def statuses() -> dict[str, dict[str, str]]:
+def statuses(root: Path = ROOT) -> dict[str, dict[str, str]]:
     """{module: {mutant: status}} from the .meta files mutmut keeps beside each mutated file."""
     from mutmut.stats import status_by_exit_code
 
     found: dict[str, dict[str, str]] = defaultdict(dict)
-    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
-        module = meta.relative_to(ROOT / "mutants").as_posix()[: -len(".meta")]
+    for meta in sorted((root / "mutants").rglob("*.py.meta")):
+        module = meta.relative_to(root / "mutants").as_posix()[: -len(".meta")]
         for mutant, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             found[module][mutant] = status_by_exit_code[code]
     return found
+
+
+def matches(mutant: str, patterns: list[str]) -> bool:
+    return not patterns or any(fnmatch.fnmatch(mutant, p) for p in patterns)
+
+
+def merged(baseline: dict, now: dict) -> dict:
+    """The baseline's kills kept; every other verdict taken from this run where it checked the mutant."""
+    out = {module: dict(by_mutant) for module, by_mutant in baseline.items()}
+    for module, by_mutant in now.items():
+        for mutant, status in by_mutant.items():
+            before = out.get(module, {}).get(mutant)
+            if before not in CAUGHT and (status != "not checked" or before is None):
+                out.setdefault(module, {})[mutant] = status
+    return out
+
+
+def only(found: dict, patterns: list[str]) -> dict:
+    kept = {module: {m: st for m, st in by.items() if matches(m, patterns)} for module, by in found.items()}
+    return {module: by for module, by in kept.items() if by}
 
 
 def report(found: dict[str, dict[str, str]]) -> str:
@@ -77,18 +104,28 @@ def main() -> int:
     parser.add_argument("patterns", nargs="*", help="mutant names or patterns, e.g. 'gemvbw.metrics.*'")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--report-only", action="store_true", help="print the last run's table, run nothing")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="run only the mutants not killed in CHECKOUT's mutants/, and report the two merged")
     args = parser.parse_args()
     try:
         import mutmut  # noqa: F401
     except ImportError:
         print("Error: mutmut is not installed; pip install mutmut", file=sys.stderr)
         return 2
-    if not args.report_only:
-        code = run_mutmut(args.patterns, args.max_children)
+    baseline = only(statuses(args.baseline), args.patterns) if args.baseline else None
+    patterns = args.patterns
+    if baseline is not None:
+        patterns = [m for by in baseline.values() for m, st in by.items() if st not in CAUGHT]
+        if not patterns:
+            print("nothing survived in the baseline")
+    if not args.report_only and (baseline is None or patterns):
+        code = run_mutmut(patterns, args.max_children)
         if code != 0:  # e.g. the suite failed without mutants: no score means anything then
             print(f"Error: mutmut exited with {code} (its output above says why); no score", file=sys.stderr)
             return 1
     found = statuses()
+    if baseline is not None:
+        found = only(merged(baseline, found), args.patterns)
     if not found:
         print("Error: no results in mutants/; run without --report-only first", file=sys.stderr)
         return 2
