@@ -141,3 +141,26 @@ def test_a_cached_choice_that_now_fails_is_reported_and_replaced(small_calibrati
         assert doc["kernel_choice"]["w4"]["source"].endswith("after broken failed verification")
     finally:
         kernels.unregister(4, "f32", "broken")
+
+
+def test_robust_is_the_median_and_its_relative_absolute_deviation():
+    from gemvbw.calibrate import robust
+
+    t = robust([1.0, 2.0, 3.0, 10.0])  # median 2.5; deviations 1.5 0.5 0.5 7.5, their median 1.0
+    assert (t.median_us, t.spread) == (2.5, 0.4)
+    assert robust([0.0, 0.0]).spread == 0.0 and robust([4.0]).median_us == 4.0
+
+
+@pytest.mark.parametrize("timings,expected", [
+    ({"a": (10.0, 0.0)}, ("a", True)),                                  # alone: nothing to be unsure about
+    ({"b": (10.5, 0.01), "a": (10.0, 0.01)}, ("a", True)),             # 5 % lead, beyond 3 % and 2 % spread
+    ({"a": (10.0, 0.0), "b": (10.2, 0.0)}, ("a", False)),              # 2 %: under the 3 % margin
+    ({"a": (10.0, 0.0), "b": (10.29, 0.0), "c": (20.0, 0.0)}, ("a", False)),  # 2.9 %, just under the margin
+    ({"a": (10.0, 0.0), "b": (10.31, 0.0), "c": (20.0, 0.0)}, ("a", True)),   # 3.1 %, just over it
+    ({"a": (10.0, 0.03), "b": (10.5, 0.03)}, ("a", False)),            # 5 % lead inside 6 % of spread
+    ({"a": (10.0, 0.0), "b": (12.0, 0.25), "c": (10.4, 0.0)}, ("a", True)),  # the runner-up by median is c
+])
+def test_decide_takes_the_fastest_median_and_caches_only_a_clear_lead(timings, expected):
+    from gemvbw.calibrate import Timing, decide
+
+    assert decide({n: Timing(*t) for n, t in timings.items()}) == expected

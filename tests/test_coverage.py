@@ -203,3 +203,35 @@ def test_info_without_numba():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("cpu:") and "numba:      not importable;" in done.stdout
+
+
+def test_the_flush_reads_one_byte_per_cache_line():
+    flusher = CacheFlusher(1)  # 1 MiB of ones: 16384 lines of 64 bytes, read once at creation
+    assert flusher.sink == (1 << 20) // 64
+    flusher.flush()
+    assert flusher.sink == 2 * (1 << 20) // 64
+    warm = CacheFlusher(0)
+    warm.flush()
+    assert warm.sink == 0 and warm.flush_mib == 0
+
+
+def test_call_overhead_and_timer_step_from_the_clock(monkeypatch):
+    import itertools
+
+    from gemvbw import harness
+
+    ticks = itertools.count(0, 250)  # every read of the clock is 250 ns after the last
+    monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(ticks))
+    assert harness.timer_resolution_ns(samples=10) == 250.0
+    overhead = harness.measure_call_overhead(1, calls=50)
+    assert (overhead.median_us, overhead.min_us, overhead.timer_resolution_ns) == (0.25, 0.25, 250.0)
+
+
+def test_measurement_statistics_by_hand():
+    m = Measurement((Group((1000, 3000)), Group((2000, 2000)), Group((4000, 6000))))
+    assert [g.mean_us for g in m.groups] == [2.0, 2.0, 5.0]
+    assert m.best_avg_us == 2.0 and m.overall_mean_us == 3.0 and m.median_us == 2.5
+    assert m.group_spread == 1.5  # (5 - 2) / 2
+    assert m.overall_sd_us == pytest.approx((((2 ** 2 + 0 + 1 + 1 + 1 + 3 ** 2) / 5) ** 0.5))
+    assert m.groups[0].sd_us == pytest.approx(2 ** 0.5) and m.groups[1].sd_us == 0.0
+    assert m.cv == pytest.approx(m.overall_sd_us / 3.0)
