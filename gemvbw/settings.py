@@ -309,7 +309,10 @@ def check_kernel(kernel: str, bits: tuple[int, ...], act: str, block: int = 64) 
     missing = [b for b in bits if not has(b)]
     if missing:
         acts = ("f32", "i8") if act == "auto" else (act,)
-        names = ", ".join(["auto", "all"] + sorted({n for a in acts for n in kernels.variant_names(a)}))
+        # the names the missing widths do have (a w32-only 'blas' is no advice for w4)
+        found = {spec.variant for b in missing for a in acts for spec in kernels.variants(b, a)}
+        found |= {alias for alias, prefix in kernels.ALIASES.items() if any(n.startswith(prefix) for n in found)}
+        names = ", ".join(["auto", "all"] + sorted(found))
         widths = ",".join(f"w{b}" for b in missing)
         raise SettingsError("--kernel", f"no variant {kernel!r} for {widths} (act={act}); choose one of: {names}")
     return kernel

@@ -226,13 +226,18 @@ def test_rerun_takes_a_new_shape_beside_the_recorded_settings(tmp_path):
     ({"shapes": "64x64"}, "settings.shapes must be a list"),
     ({"shapes": [[64, 256]], "iters": {"n": 2}}, "settings.iters is {'n': 2}, not a value gemvbw records"),
     ({"shapes": [[64, 256]], "bits": [5]}, "settings.bits = '5' from the file: '5' is not a supported width"),
-    ({"shapes": [[64, 256]], "act": "int4"}, "settings.act = 'int4' from the file"),
+    ({"shapes": [[64, 256]], "act": "int4"},
+     "settings.act = 'int4' from the file: 'int4' is not one of auto, i8, f32; use e.g. --act auto"),
+    ({"shapes": [[64, 256]], "act": "f32", "kernel": "nope"},
+     "settings.kernel = 'nope' from the file: no variant 'nope' for w8,w4,w3,w2 (act=f32); choose one of: auto, all"),
 ])
 def test_a_malformed_record_is_refused_before_anything_is_measured(tmp_path, settings, fragment):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"schema": "gemvbw.sweep/1", "settings": settings}))
     res = run(["sweep", "--rerun", str(path)])
     assert res.exit_code == 2 and fragment in res.stderr, res.stderr
+    if "from the file" in fragment:
+        assert res.stderr.startswith(f"Error: --rerun {path}: {fragment}")
     assert "Traceback" not in res.output and "memcpy" not in res.stdout  # nothing was measured
 
 
@@ -432,3 +437,12 @@ def test_soak_of_a_kernel_that_fails_verification_times_nothing():
     assert res.exit_code == 1
     assert res.stderr.startswith("Error: w4 broken failed verification (max rel err ") and "nothing was timed" in res.stderr
     assert "|" not in res.stdout.split("\n", 2)[-1]  # no window row after the header
+
+
+def test_a_bad_flag_beside_rerun_is_the_flag_s_fault_not_the_file_s(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": "gemvbw.sweep/1", "settings": {"shapes": [[64, 256]], "M": 64, "act": "f32"}}))
+    res = run(["sweep", "--rerun", str(path), "--M", "abc"])
+    assert res.exit_code == 2 and res.stderr == "Error: --M: 'abc' is not a whole number; use e.g. --M 4096\n"
+    res = run(["sweep", "--rerun", str(path), "--kernel", "nope"])
+    assert res.exit_code == 2 and res.stderr.startswith("Error: --kernel: no variant 'nope'")

@@ -264,3 +264,20 @@ def test_parameter_counts_by_hand():
     # Llama-3-8B, untied: the embedding counts again beside lm_head
     assert models.load("llama-3-8b").param_count() == 32 * 218_103_808 + 2 * 525_336_576 + 32 * 8192 + 4096 \
         == 8_030_261_248
+
+
+def test_where_presets_are_looked_for(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    monkeypatch.delenv("GEMVBW_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert models.config_dirs() == [tmp_path / "home" / ".config" / "gemvbw"]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert models.config_dirs() == [tmp_path / "xdg" / "gemvbw"]
+    monkeypatch.setenv("GEMVBW_CONFIG_DIR", str(tmp_path / "mine"))
+    assert models.config_dirs() == [tmp_path / "mine"]
+    shipped = Path(models.__file__).resolve().parent.parent / "configs"  # a checkout: the top-level configs/
+    assert models.builtin_dir() in (shipped, Path(models.__file__).resolve().parent / "configs")
+    assert sorted(models.builtin_presets()) == sorted(p.stem.lower() for p in models.builtin_dir().glob("*.toml"))
+    assert "llama-3-8b" in models.builtin_presets()

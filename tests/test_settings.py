@@ -150,3 +150,12 @@ def test_shape_needs_positive_sides(raw, ok):
     else:
         with pytest.raises(SettingsError, match="is not MxK with positive M and K"):
             parse_shape(raw)
+
+
+def test_an_unknown_kernel_lists_what_the_widths_asked_for_have():
+    with pytest.raises(SettingsError) as err:
+        make({"bits": "4", "act": "f32", "kernel": "blas"})  # blas is a w32 variant
+    assert str(err.value) == "--kernel: no variant 'blas' for w4 (act=f32); choose one of: auto, all, ref, rows4"
+    with pytest.raises(SettingsError) as err:
+        make({"bits": "32,16", "kernel": "packed"})
+    assert str(err.value).endswith("no variant 'packed' for w32,w16 (act=auto); choose one of: auto, all, blas, ref, rows4")
