@@ -76,26 +76,32 @@ def only(found: dict, patterns: list[str]) -> dict:
 
 
 def report(found: dict[str, dict[str, str]]) -> str:
-    lines = ["| module | generated | killed | of them by timeout | survived | no tests | other | score |",
-             "|---|---|---|---|---|---|---|---|"]
+    """Per module: generated, run (a run stopped early leaves some unchecked), killed, the rest, and the score
+    both ways: killed out of generated, and killed out of run."""
+    lines = ["| module | generated | run | killed | of them by timeout | survived | no tests | other | "
+             "killed / generated | killed / run |", "|---|---|---|---|---|---|---|---|---|---|"]
     total: Counter = Counter()
     survivors: list[str] = []
+
+    def pct(a: int, b: int) -> str:
+        return f"{100 * a / b:.1f} %" if b else "-"
+
     for module, by_mutant in sorted(found.items()):
         counts = Counter(by_mutant.values())
+        run = len(by_mutant) - counts["not checked"]
         caught = sum(counts[s] for s in CAUGHT)
-        other = len(by_mutant) - caught - counts["survived"] - counts["no tests"]
-        total.update(generated=len(by_mutant), caught=caught, timeout=counts["timeout"], survived=counts["survived"],
-                     no_tests=counts["no tests"], other=other)
-        score = f"{100 * caught / len(by_mutant):.1f} %" if by_mutant else "-"
-        lines.append(f"| {module} | {len(by_mutant)} | {caught} | {counts['timeout']} | {counts['survived']} | "
-                     f"{counts['no tests']} | "
-                     f"{other} | {score} |")
-        survivors += [m for m, s in by_mutant.items() if s not in CAUGHT]
+        other = run - caught - counts["survived"] - counts["no tests"]
+        row = dict(generated=len(by_mutant), run=run, caught=caught, timeout=counts["timeout"],
+                   survived=counts["survived"], no_tests=counts["no tests"], other=other)
+        total.update(row)
+        lines.append(f"| {module} | {row['generated']} | {run} | {caught} | {row['timeout']} | {row['survived']} | "
+                     f"{row['no_tests']} | {other} | {pct(caught, row['generated'])} | {pct(caught, run)} |")
+        survivors += [m for m, s in by_mutant.items() if s not in CAUGHT | {"not checked"}]
     if total["generated"]:
-        lines.append(f"| all | {total['generated']} | {total['caught']} | {total['timeout']} | {total['survived']} | "
-                     f"{total['no_tests']} | "
-                     f"{total['other']} | {100 * total['caught'] / total['generated']:.1f} % |")
-    lines += ["", f"{len(survivors)} not killed (see one with: mutmut show NAME):"] + [f"  {m}" for m in survivors]
+        lines.append(f"| all | {total['generated']} | {total['run']} | {total['caught']} | {total['timeout']} | "
+                     f"{total['survived']} | {total['no_tests']} | {total['other']} | "
+                     f"{pct(total['caught'], total['generated'])} | {pct(total['caught'], total['run'])} |")
+    lines += ["", f"{len(survivors)} run and not killed (see one with: mutmut show NAME):"] + [f"  {m}" for m in survivors]
     return "\n".join(lines)
 
 
@@ -115,7 +121,7 @@ def main() -> int:
     baseline = only(statuses(args.baseline), args.patterns) if args.baseline else None
     patterns = args.patterns
     if baseline is not None:
-        patterns = [m for by in baseline.values() for m, st in by.items() if st not in CAUGHT]
+        patterns = [m for by in baseline.values() for m, st in by.items() if st not in CAUGHT | {"not checked"}]
         if not patterns:
             print("nothing survived in the baseline")
     if not args.report_only and (baseline is None or patterns):
