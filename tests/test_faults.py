@@ -13,10 +13,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _ctrl_c_as_at_a_terminal():
+    # a job started in the background (nohup cmd &, a CI runner, mutmut's workers) inherits SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt: give the child the disposition a terminal gives
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def gemvbw(*args, env=None, **kw):
     full_env = {**os.environ, **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "gemvbw", *args], cwd=ROOT, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_at_a_terminal, **kw)
 
 
 def wait_for_line(proc, prefix, timeout=240):
