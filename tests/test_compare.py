@@ -80,3 +80,14 @@ def test_malformed_results_are_named(bad, message):
 def test_well_formed_results_pass():
     check_results({"results": [result(gbps=3), result(us=1)], "settings": {}, "system": {}}, "x")
     check_results({}, "x")
+
+
+def test_a_file_without_results_or_system_compares_as_empty():
+    cmp = compare([{"settings": {"kernel": "rows4"}}, doc([result(gbps=4.0)])], ["old", "new"])
+    assert [(r.eff_gbps, r.ratios) for r in cmp.rows] == [((None, 4.0), (None, None))]
+    assert "system.cpu: None vs A" in cmp.differences
+
+
+def test_a_malformed_file_is_named_by_its_label_through_compare():
+    with pytest.raises(MalformedResult, match=r"^second: results\[0\] is int, not a mapping$"):
+        compare([doc([result()]), {"results": [1]}], ["first", "second"])

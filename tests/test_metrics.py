@@ -46,3 +46,17 @@ def test_unquantized_weights_count_no_metadata(bits, nbytes, bpe, ai):
     lb = metrics.logical_bytes(4096, 14336, bits, 64, 2)  # block and metadata size do not apply
     assert lb == nbytes
     assert metrics.bytes_per_elem(lb, 4096, 14336) == bpe and metrics.ai(bpe) == ai
+
+
+def test_bound_seconds_exactly():
+    from gemvbw import metrics
+
+    assert metrics.bound_seconds(2_000_000_000, 4.0) == 0.5  # 2 GB at 4 GB/s
+    assert metrics.tokens_per_s(0.5) == 2.0
+
+
+def test_report_names_a_missing_attribute():
+    import gemvbw.report as report
+
+    with pytest.raises(AttributeError, match=r"^module 'gemvbw.report' has no attribute 'nope'$"):
+        report.nope

@@ -159,3 +159,13 @@ def test_an_unknown_kernel_lists_what_the_widths_asked_for_have():
     with pytest.raises(SettingsError) as err:
         make({"bits": "32,16", "kernel": "packed"})
     assert str(err.value).endswith("no variant 'packed' for w32,w16 (act=auto); choose one of: auto, all, blas, ref, rows4")
+
+
+@pytest.mark.parametrize("raw", ["-1", "inf", "nan", "soon"])
+def test_max_seconds_names_itself_and_an_example(raw):
+    from gemvbw.settings import parse_seconds
+
+    with pytest.raises(SettingsError) as err:
+        parse_seconds(raw)
+    assert str(err.value) == f"--max-seconds: {raw!r} is not a number of seconds >= 0; use e.g. --max-seconds 30"
+    assert parse_seconds(" 2.5 ") == 2.5 and parse_seconds("0") == 0.0

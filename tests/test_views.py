@@ -250,3 +250,8 @@ def test_soak_file_formats_print_the_whole_record(fmt, capsys, monkeypatch):
     view.stop()
     view.finish(rec)
     check_golden(f"soak.{fmt}", capsys.readouterr().out)
+
+
+def test_model_json_per_width_is_exactly_the_recorded_text():
+    _, summaries = model_summaries()
+    check_golden("model.json", json.dumps([s.to_dict() for s in summaries], indent=1, sort_keys=True) + "\n")
