@@ -315,10 +315,8 @@ def model(name: str | None, config_path: str | None, fmt: str, md_path: str | No
     from gemvbw.settings import SettingsError, resolve
 
     flags["shapes"] = tuple(preset.shapes)
-    if flags["iters"] is None and "MNN_GEMVBW_ITERS" not in os.environ:  # the model's own default, below the variable
-        flags["iters"] = "100"
     try:
-        settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
+        settings = replace(resolve(flags, thread_limit=numba_threads(), defaults={"iters": 100}), cpus=cpus)
     except SettingsError as exc:
         usage_error(str(exc))
     if md_path:
@@ -454,10 +452,8 @@ def soak(seconds: float, interval: float, fmt: str, md_path: str | None, **flags
     from gemvbw.report.soak_view import SoakView
     from gemvbw.settings import SettingsError, resolve
 
-    if flags["bits"] is None and "MNN_GEMVBW_BITS" not in os.environ:  # soak's own default, below the variable
-        flags["bits"] = "4"
     try:
-        settings = replace(resolve(flags, thread_limit=numba_threads()), cpus=cpus)
+        settings = replace(resolve(flags, thread_limit=numba_threads(), defaults={"bits": (4,)}), cpus=cpus)
     except SettingsError as exc:
         usage_error(str(exc))
     if len(settings.bits) != 1:

@@ -165,13 +165,16 @@ def resolve(
     cpus: list[int] | None = None,
     available_bytes: int | None = None,
     thread_limit: int | None = None,
+    defaults: Mapping[str, object] | None = None,
 ) -> Settings:
     """Build Settings from raw flag values (strings or None) and the environment.
 
     ``cpus`` is the affinity mask (what taskset set); ``available_bytes`` the
-    memory psutil reports. Both default to this process's.
+    memory psutil reports. Both default to this process's. ``defaults``: a command's
+    own defaults (soak's one width), below flags and variables like DEFAULTS.
     """
     environ = os.environ if environ is None else environ
+    default = {**DEFAULTS, **(defaults or {})}
     cpus = system.affinity() if cpus is None else cpus
 
     def pick(name: str):
@@ -187,10 +190,10 @@ def resolve(
     values: dict[str, object] = {}
     for name in ("M", "K", "block", "iters", "reps"):
         raw, env = pick(name)
-        values[name] = DEFAULTS[name] if raw is None else parse_int(name, raw, env)
+        values[name] = default[name] if raw is None else parse_int(name, raw, env)
     for name, minimum in (("flush_mib", 0), ("seed", 0)):
         raw, env = pick(name)
-        values[name] = DEFAULTS[name] if raw is None else parse_int(name, raw, env, minimum=minimum)
+        values[name] = default[name] if raw is None else parse_int(name, raw, env, minimum=minimum)
 
     raw, env = pick("llc_mib")
     values["llc_mib"] = None if raw is None else parse_int("llc_mib", raw, env)
@@ -200,10 +203,10 @@ def resolve(
     values["recalibrate"] = bool(flags.get("recalibrate"))
 
     raw, env = pick("bits")
-    values["bits"] = DEFAULTS["bits"] if raw is None else parse_bits(raw, env)
+    values["bits"] = default["bits"] if raw is None else parse_bits(raw, env)
 
     raw, env = pick("meta_bytes")
-    meta = DEFAULTS["meta_bytes"] if raw is None else parse_int("meta_bytes", raw, env)
+    meta = default["meta_bytes"] if raw is None else parse_int("meta_bytes", raw, env)
     if meta not in (2, 4):
         raise SettingsError("--meta-bytes", f"must be 2 (float16 scale/offset, MNN's published formula) or 4 (float32, MNN's CPU backend), got {meta}")
     values["meta_bytes"] = meta
@@ -238,8 +241,8 @@ def resolve(
     values["threads"] = threads
     values["thread_limit"] = thread_limit
 
-    values["act"] = check_act(str(flags.get("act") or DEFAULTS["act"]), values["bits"], values["block"])
-    values["kernel"] = check_kernel(str(flags.get("kernel") or DEFAULTS["kernel"]), values["bits"], values["act"],
+    values["act"] = check_act(str(flags.get("act") or default["act"]), values["bits"], values["block"])
+    values["kernel"] = check_kernel(str(flags.get("kernel") or default["kernel"]), values["bits"], values["act"],
                                     values["block"])
     for key in ("json_path", "csv_path"):
         path = flags.get(key)
@@ -310,8 +313,7 @@ def check_kernel(kernel: str, bits: tuple[int, ...], act: str, block: int = 64) 
     if missing:
         acts = ("f32", "i8") if act == "auto" else (act,)
         # the names the missing widths do have (a w32-only 'blas' is no advice for w4)
-        found = {spec.variant for b in missing for a in acts for spec in kernels.variants(b, a)}
-        found |= {alias for alias, prefix in kernels.ALIASES.items() if any(n.startswith(prefix) for n in found)}
+        found = {n for a in acts for n in kernels.variant_names(a, tuple(missing))}
         names = ", ".join(["auto", "all"] + sorted(found))
         widths = ",".join(f"w{b}" for b in missing)
         raise SettingsError("--kernel", f"no variant {kernel!r} for {widths} (act={act}); choose one of: {names}")

@@ -23,3 +23,19 @@ def _restore_affinity():
     yield
     if before is not None and os.sched_getaffinity(0) != before:
         os.sched_setaffinity(0, before)
+
+
+@pytest.fixture
+def broken_w4_kernel():
+    """A w4 f32 variant named 'broken' that writes ones: it fails verification wherever it is asked for."""
+    from gemvbw import kernels
+
+    def bind(qm):
+        def ones(x, y):
+            y[:] = 1.0
+
+        return ones
+
+    kernels.register(kernels.KernelSpec(4, "f32", "broken", "ones", bind))
+    yield "broken"
+    kernels.unregister(4, "f32", "broken")

@@ -135,25 +135,13 @@ def test_exporters_write_what_the_screen_shows(tmp_path):
     assert rows[0].startswith("type,variant,bits") and [r.split(",")[2] for r in rows[1:]] == ["4", "2"]
 
 
-def test_a_failed_kernel_has_a_csv_row_without_figures(tmp_path):
-    from gemvbw import kernels
-
-    def bind(qm):
-        def wrong(x, y):
-            y[:] = 1.0
-
-        return wrong
-
-    kernels.register(kernels.KernelSpec(4, "f32", "broken", "ones", bind))
-    try:
-        csv = tmp_path / "r.csv"
-        assert run(TINY + ["--bits", "4", "--act", "f32", "--kernel", "broken", "--csv", str(csv)]).exit_code == 1
-        header, row = csv.read_text().splitlines()
-        cells = dict(zip(header.split(","), row.split(",")))
-        assert cells["variant"] == "broken" and cells["verified"] == "false" and cells["eff_gbps"] == ""
-        assert "FAILED verification" in cells["error"]
-    finally:
-        kernels.unregister(4, "f32", "broken")
+def test_a_failed_kernel_has_a_csv_row_without_figures(tmp_path, broken_w4_kernel):
+    csv = tmp_path / "r.csv"
+    assert run(TINY + ["--bits", "4", "--act", "f32", "--kernel", broken_w4_kernel, "--csv", str(csv)]).exit_code == 1
+    header, row = csv.read_text().splitlines()
+    cells = dict(zip(header.split(","), row.split(",")))
+    assert cells["variant"] == "broken" and cells["verified"] == "false" and cells["eff_gbps"] == ""
+    assert "FAILED verification" in cells["error"]
 
 
 def test_model_exports(tmp_path):

@@ -419,21 +419,9 @@ def test_options_the_help_mentions_exist():
             assert mentioned in own, f"gemvbw {command} --help mentions {mentioned}, which it does not have"
 
 
-def test_soak_of_a_kernel_that_fails_verification_times_nothing():
-    from gemvbw import kernels
-
-    def bind(qm):
-        def wrong(x, y):
-            y[:] = 1.0
-
-        return wrong
-
-    kernels.register(kernels.KernelSpec(4, "f32", "broken", "ones", bind))
-    try:
-        res = run(["soak", "--M", "64", "--K", "256", "--seconds", "1", "--threads", "1", "--act", "f32",
-                   "--kernel", "broken", "--format", "text"])
-    finally:
-        kernels.unregister(4, "f32", "broken")
+def test_soak_of_a_kernel_that_fails_verification_times_nothing(broken_w4_kernel):
+    res = run(["soak", "--M", "64", "--K", "256", "--seconds", "1", "--threads", "1", "--act", "f32",
+               "--kernel", broken_w4_kernel, "--format", "text"])
     assert res.exit_code == 1
     assert res.stderr.startswith("Error: w4 broken failed verification (max rel err ") and "nothing was timed" in res.stderr
     assert "|" not in res.stdout.split("\n", 2)[-1]  # no window row after the header

@@ -87,9 +87,9 @@ def variants(bits: int, act: str = "f32") -> list[KernelSpec]:
     return sorted(found, key=lambda s: (-s.priority, s.variant))
 
 
-def variant_names(act: str = "f32") -> list[str]:
-    """The variant names --kernel accepts for an activation type (aliases included)."""
-    names = {v for (_, a, v) in _REGISTRY if a == act}
+def variant_names(act: str = "f32", bits: tuple[int, ...] | None = None) -> list[str]:
+    """The variant names --kernel accepts for an activation type (aliases included), of ``bits`` only if given."""
+    names = {v for (b, a, v) in _REGISTRY if a == act and (bits is None or b in bits)}
     names |= {alias for alias, prefix in ALIASES.items() if any(n.startswith(prefix) for n in names)}
     return sorted(names)
 
