@@ -5,8 +5,9 @@ run) this compiles a fresh copy (cache off: a function loaded from numba's cache
 assembly to show), finds its hot loop and counts what matters for speed:
 
 - the int8 kernels' hot loop is the one with the tier's dot-product instructions (vpmaddubsw,
-  vpdpbusd, sdot, smull); its instructions per weight count one block pair of four rows (512
-  weights) per fp16 metadata conversion in the loop (vcvtph2ps / fcvtl2: two per pair);
+  vpdpbusd, sdot, smull); its instructions per weight count, per fp16 metadata conversion in the
+  loop (vcvtph2ps / fcvtl2), 256 weights of a packed-4x2 block pair (two per pair of 4 rows x 128)
+  or half a column tile (two per tile of R rows x 64);
 - the f32 loops' hot loop is the one with the most FMAs;
 - scalar fallbacks in the hot loop: int64 widening and scalar converts (vpmovzxbq, vcvtsi2ss) or
   inserts (vinsertps, vpinsr*) on x86, byte/half loads and lane inserts on aarch64 (ldrb, ldrsb,
@@ -32,7 +33,7 @@ import numba
 import numpy as np
 
 from gemvbw import kernels, tiers
-from gemvbw.kernels import packed
+from gemvbw.kernels import packed, tile
 from gemvbw.quant import random_activations, random_quantized
 
 ARM = platform.machine() in ("aarch64", "arm64")
@@ -53,10 +54,14 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     qm = random_quantized(64, 1024, bits=spec.bits, block=64, meta_bytes=2)
     x = random_activations(1024)
     y = np.zeros(64, np.float32)
-    if spec.variant.startswith(kernels.PACKED_PREFIX):
-        tier = spec.variant.removeprefix(kernels.PACKED_PREFIX)
+    if spec.layout is not None and spec.layout[0] == "4x2":
         fn = packed.gemv_packed
-        args = packed.kernel_args(tier, qm, x, y, 8)
+        args = packed.kernel_args(spec.tier, qm, x, y, 8)
+    elif spec.layout is not None and spec.layout[0] == "c4":
+        rows = spec.layout[1]
+        pc, pm, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, 1024, rows)
+        fn = tile.gemv_tiles
+        args = (tile.TileTag(spec.tier, spec.bits), pc, pm, nfull, qm.codes, qm.scale_raw, qm.offset_raw, x, 64, y, 8)
     else:
         from gemvbw.kernels import w2, w3, w4, w8
 
@@ -88,7 +93,15 @@ def loops(asm: str):
     return found
 
 
-def analyse(asm: str, int8: bool) -> dict:
+def weights_per_mark(spec: kernels.KernelSpec) -> int:
+    """Weights per fp16 metadata conversion in an int8 hot loop: a block pair of four rows (512 weights) has two,
+    a column tile of R rows x 64 weights two (its scales and its offsets)."""
+    if spec.layout is not None and spec.layout[0] == "c4":
+        return spec.layout[1] * 64 // 2
+    return 256
+
+
+def analyse(asm: str, int8: bool, per_mark: int = 256) -> dict:
     counts = Counter(_norm(l).split()[0] for l in asm.splitlines() if l.startswith("\t") and not l.strip().startswith("."))
     candidates = [(label, body) for label, body in loops(asm) if not any(b.startswith(("call", "bl ")) for b in body)]
 
@@ -102,8 +115,8 @@ def analyse(asm: str, int8: bool) -> dict:
               default=(None, []))
     label, body = hot
     ops = Counter(b.split()[0] for b in body)
-    pairs = sum(bool(PAIR_MARK.match(b)) for b in body) / 2
-    weights = 512 * pairs if int8 else 0
+    marks = sum(bool(PAIR_MARK.match(b)) for b in body)
+    weights = per_mark * marks if int8 else 0
     return {
         "total_instructions": sum(counts.values()),
         "hot_loop": label,
@@ -127,19 +140,19 @@ def main(argv=None) -> int:
     target = tiers.report().target
     print(f"{platform.machine()}, numba {numba.__version__}, target {target.cpu if target else '?'}; "
           f"int8 tiers: {', '.join(t.name for t in tiers.usable()) or 'none'}")
-    print("variant                        | hot loop instr | dot instructions            | loads | FMA "
+    print("variant                          | hot loop instr | dot instructions            | loads | FMA "
           "| weights/iter | instr/weight | scalar fallbacks")
-    print("-------------------------------|---------------:|-----------------------------|------:|----:"
+    print("---------------------------------|---------------:|-----------------------------|------:|----:"
           "|-------------:|-------------:|-----------------")
     status, rows = 0, []
     for act in ("f32", "i8"):
         for bits in map(int, args.bits.split(",")):
             for spec in kernels.variants(bits, act):
-                a = analyse(fresh_asm(spec), act == "i8")
+                a = analyse(fresh_asm(spec), act == "i8", weights_per_mark(spec))
                 bad = ", ".join(f"{k} x{v}" for k, v in a["hot_bad"].items()) or "none"
                 dots = " ".join(f"{k} x{v}" for k, v in sorted(a["hot_dots"].items())) or "-"
                 ipw = f"{a['instr_per_weight']:.3f}" if a["instr_per_weight"] else "-"
-                print(f"{f'w{bits} {act} {spec.variant}':30s} | {a['hot_len']:14d} | {dots:27s} | "
+                print(f"{f'w{bits} {act} {spec.variant}':32s} | {a['hot_len']:14d} | {dots:27s} | "
                       f"{a['hot_loads']:5d} | {a['hot_fma']:3d} | {a['weights_per_iteration']:12.0f} | {ipw:>12s} | {bad}")
                 if args.show:
                     print("\n".join("    " + b for b in a["body"]))

@@ -118,18 +118,24 @@ def render(facts: dict) -> list[str]:
 def tier_lines(facts: dict) -> list[str]:
     """int8 tiers this CPU and numba's target can run (the preferred first), the others and why not."""
     rep = facts["tiers"]
-    usable = [t["name"] for t in rep["tiers"] if t["usable"]]
+    usable = [t for t in rep["tiers"] if t["usable"]]
     lines = []
     if usable:
-        names = ", ".join(f"packed-4x2-{n}" + (" (preferred)" if i == 0 and len(usable) > 1 else "")
-                          for i, n in enumerate(usable))
-        lines.append(f"int8 tiers: {names}: w8 w4 w3 w2 at block 64 run int8 activations "
-                     "(--act auto; --kernel auto calibrates among the tiers per shape)")
+        names = [v for t in usable for v in t["variants"]]
+        tiles = [v for v in names if not v.startswith("packed-4x2-")]
+        # the preferred of each kind first: a column-tile variant (w8 w4 w2) where a tier has one, then the
+        # preferred tier's packed-4x2 (every width)
+        first = tiles[:1] + [next(v for v in names if v.startswith("packed-4x2-"))]
+        shown = ", ".join(f"{v} (preferred{' for w8 w4 w2' if v in tiles else ''})" if v in first and len(names) > 1
+                          else v for v in first + [v for v in names if v not in first])
+        lines.append(f"int8 tiers: {shown}: w8 w4 w3 w2 at block 64 run int8 activations "
+                     "(--act auto; --kernel auto calibrates among them per shape"
+                     + ("; the column tiles, packed-<rows>c4, take w8 w4 w2)" if tiles else ")"))
     else:
         lines.append("int8 tiers: none usable here: every width runs f32 activations (--act auto)")
     for t in rep["tiers"]:
         if not t["usable"]:
-            lines.append(f"  packed-4x2-{t['name']}: not usable: {t['reason']}")
+            lines.append(f"  {', '.join(t['variants'])}: not usable: {t['reason']}")
     for flag, why in tiers.UNUSED.items():
         if flag in facts["isa"]:
             lines.append(f"  {why}")

@@ -9,6 +9,7 @@ error, never silently ignored.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -136,8 +137,8 @@ def parse_seconds(raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = float("nan")
-    if not value >= 0 or value == float("inf"):
+        value = math.nan  # refused below, with the same message as "nan"
+    if not 0 <= value < math.inf:
         raise SettingsError("--max-seconds", f"{raw!r} is not a number of seconds >= 0; use e.g. {_example('max_seconds', False)}")
     return value
 
@@ -335,10 +336,8 @@ def copies_held(bits: int, block: int, act: str) -> int:
     if bits in FLOAT_BITS or act == "f32" or block != 64:
         return 2
     from gemvbw import kernels
-    from gemvbw.kernels import packed
 
-    prims = [packed.PRIMITIVES[s.variant.removeprefix(kernels.PACKED_PREFIX)] for s in kernels.variants(bits, "i8")]
-    layouts = {(packed.layout_bytes(p), packed.code_bias(p, bits)) for p in prims}
+    layouts = {s.layout for s in kernels.variants(bits, "i8") if s.layout is not None}
     return max(2, 1 + len(layouts))
 
 
@@ -413,7 +412,7 @@ def check_writable(path: str, flag: str) -> None:
         p = Path(destination(path))
     except UnwritablePath as exc:
         raise SettingsError(flag, str(exc)) from None
-    parent = p.parent if str(p.parent) else Path(".")
+    parent = p.parent  # Path("run.json").parent is Path(".")
     if not parent.is_dir():
         raise SettingsError(flag, f"directory {str(parent)!r} does not exist; create it or choose another path")
     try:

@@ -38,21 +38,30 @@ class Tier:
     llvm_features: tuple[str, ...]  # the LLVM subtarget features its instructions need
     priority: int  # higher is preferred where no calibration says otherwise
     summary: str
+    # rows of the column-tile variant, packed-<rows>c4-<name> (gemvbw.kernels.tile), 0 where the tier has none:
+    # it needs a dot product that adds into int32 lanes without saturating (VNNI)
+    tile_rows: int = 0
 
     def needs(self) -> str:
         return " ".join(self.cpu_flags)
+
+    def variants(self) -> list[str]:
+        """The int8 variant names of this tier, the preferred first."""
+        return ([f"packed-{self.tile_rows}c4-{self.name}"] if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
 
 
 # Best first within an architecture. The dot product of each: what it does per instruction.
 TIERS: tuple[Tier, ...] = (
     Tier("avx512vnni", "x86_64", ("avx512_vnni", "avx512vl", "avx512bw", "f16c"),
          ("avx512vnni", "avx512vl", "avx512bw", "f16c"), 30,
-         "AVX-512 VNNI vpdpbusd on 256-bit registers (4 u8 x s8 products into each int32 lane)"),
+         "AVX-512 VNNI vpdpbusd on 256-bit registers (4 u8 x s8 products into each int32 lane)", tile_rows=8),
     Tier("avx512vnni-zmm", "x86_64", ("avx512_vnni", "avx512vl", "avx512bw", "f16c"),
          ("avx512vnni", "avx512vl", "avx512bw", "f16c"), 29,
-         "AVX-512 VNNI vpdpbusd on 512-bit registers (two 256-bit layout vectors per instruction; w3 on 256-bit)"),
+         "AVX-512 VNNI vpdpbusd on 512-bit registers (two 256-bit layout vectors per instruction; w3 on 256-bit)",
+         tile_rows=16),
     Tier("avxvnni", "x86_64", ("avx_vnni", "avx2", "f16c"), ("avxvnni", "avx2", "f16c"), 25,
-         "AVX-VNNI vpdpbusd, VEX-encoded (4 u8 x s8 products into each int32 lane), for CPUs without AVX-512"),
+         "AVX-VNNI vpdpbusd, VEX-encoded (4 u8 x s8 products into each int32 lane), for CPUs without AVX-512",
+         tile_rows=8),
     Tier("avx2", "x86_64", ("avx2", "fma", "f16c"), ("avx2", "fma", "f16c"), 10,
          "AVX2 vpmaddubsw + vpmaddwd (u8 x s8 pairs into int16, then int32)"),
     Tier("neon-dotprod", "aarch64", ("asimd", "asimddp"), ("neon", "dotprod"), 20,
@@ -68,6 +77,10 @@ RISKY_FEATURES = {
                "avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni"},
     "aarch64": {"dotprod": "asimddp", "i8mm": "i8mm", "sve": "sve", "sve2": "sve2", "fullfp16": "asimdhp"},
 }
+
+
+def by_name(name: str) -> Tier:
+    return next(t for t in TIERS if t.name == name)
 
 
 def arch_of(machine: str) -> str:
@@ -283,7 +296,8 @@ class Report:
                 "target": None if self.target is None else {
                     "triple": self.target.triple, "cpu": self.target.cpu, "cpu_source": self.target.cpu_source,
                     "features_source": self.target.features_source},
-                "tiers": [{"name": s.tier.name, "usable": s.usable, "reason": s.reason, "summary": s.tier.summary}
+                "tiers": [{"name": s.tier.name, "usable": s.usable, "reason": s.reason, "summary": s.tier.summary,
+                           "variants": s.tier.variants()}
                           for s in self.statuses],
                 "unsafe_target_features": list(self.unsafe), "unsafe_message": unsafe_target_message(self)}
 

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -129,6 +130,13 @@ def test_entry_point_keeps_click_from_handling_errors_itself(monkeypatch, capsys
     monkeypatch.setattr(cli, "prepare_numba_env", interrupted)
     assert entry_exit(monkeypatch, ["info"]) == 130
     assert capsys.readouterr().err == "\nInterrupted (Ctrl-C).\n"  # click ends the interrupted line first
+
+
+def test_entry_point_passes_clicks_own_codes_on(monkeypatch, capsys):
+    assert entry_exit(monkeypatch, ["sweep", "--no-such-flag"]) == 2  # click's usage error, shown by click
+    assert capsys.readouterr().err.endswith("\nError: No such option '--no-such-flag'.\n")
+    assert entry_exit(monkeypatch, ["--help"]) == 0
+    assert "Usage: " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("returned,code", [(None, 0), ("not a status", 0), (3, 3)])
@@ -277,10 +285,16 @@ def test_memory_counts_the_weights_their_temporary_and_repacked_copies():
     w8 = 65536 * 14336 + 2 * 65536 * 224 * 2
     assert st.copies_held(8, 64, "f32") == 2  # the codes and the temporary they were generated in
     assert st.sweep_bytes(s)[0] == 2 * w8 + 8 * (65536 + 14336) * 4 + (64 << 20) + st.VERIFY_BYTES
-    layouts = len({(32 if "avx" in v.variant else 16, v.variant.endswith(("vnni", "vnni-zmm")))
-                   for v in kernels.variants(8, "i8")})
-    if layouts:  # with int8 activations every layout the calibration may bind holds one more copy
-        assert st.copies_held(8, 64, "auto") == max(2, 1 + layouts)
+    # with int8 activations every layout the calibration may bind holds one more copy; variants of one layout
+    # share theirs (the layouts stand for: two tiers on one 32-byte layout, one with w8 stored as c - 128, a tile)
+    specs = [SimpleNamespace(layout=layout) for layout in
+             (("4x2", 32, 0), ("4x2", 32, 0), ("4x2", 32, 128), ("c4", 16))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "variants", lambda bits, act: specs if act == "i8" else [])
+        assert st.copies_held(8, 64, "auto") == 1 + 3
+        assert st.copies_held(8, 64, "i8") == 4 and st.copies_held(8, 32, "auto") == 2  # block 32: f32 kernels
+        specs = []
+        assert st.copies_held(8, 64, "auto") == 2  # no int8 variant here: the f32 loops read the codes as stored
 
 
 def test_memory_errors_name_what_does_not_fit():

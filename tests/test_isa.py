@@ -79,7 +79,13 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     names = {s.variant for s in kernels.i8_specs(lacking)}
     assert names == {"packed-4x2-avx2"}
     live = {s.variant for b in (8, 4, 3, 2) for s in kernels.variants(b, "i8")}
-    assert live == {kernels.PACKED_PREFIX + t.name for t in tiers.usable()}
+    assert live == {v for t in tiers.usable() for v in t.variants()}
+    vnni = [by_name("avx512vnni-zmm"), by_name("avxvnni")]
+    specs = kernels.i8_specs(vnni)
+    assert {(s.bits, s.variant) for s in specs if "c4" in s.variant} == {
+        (b, v) for b in (8, 4, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+    # a column tile is preferred over its tier's packed-4x2 where no calibration says otherwise
+    assert all(a.priority > b.priority for a in specs if "c4" in a.variant for b in specs if "4x2" in b.variant)
 
 
 def test_a_target_promising_what_the_cpu_lacks_is_unsafe_only_when_the_user_named_it():
@@ -165,19 +171,21 @@ def test_llvm_probe_tells_a_feature_the_target_has_from_one_it_lacks(tmp_path, m
 
 COMPILE_ONLY = textwrap.dedent("""
     import sys, numpy as np, numba
-    from gemvbw.kernels import packed
-    tier, bits = sys.argv[1], int(sys.argv[2])
-    prim = packed.PRIMITIVES[tier]
+    from gemvbw.kernels import packed, tile
+    layout, tier, bits = sys.argv[1], sys.argv[2], int(sys.argv[3])
     a8, a16 = np.zeros(1, np.uint8), np.zeros(1, np.uint16)
     f32, i64 = np.zeros(1, np.float32), np.zeros(1, np.int64)
-    args = (packed.KernelTag(tier, bits), a8, a16, 1, i64, 16, np.zeros((1, 1), np.uint8),
-            np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
-    sig = tuple(packed.gemv_packed.typeof_pyval(a) for a in args)
-    packed.gemv_packed.compile(sig)  # compiled for the CPU numba was told; never called
-    asm = packed.gemv_packed.inspect_asm(sig)
+    meta = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
+    if layout == "4x2":
+        fn, args = packed.gemv_packed, (packed.KernelTag(tier, bits), a8, a16, 1, i64, 16, *meta)
+    else:
+        fn, args = tile.gemv_tiles, (tile.TileTag(tier, bits), a8, a16, 1, *meta)
+    sig = tuple(fn.typeof_pyval(a) for a in args)
+    fn.compile(sig)  # compiled for the CPU numba was told; never called
+    asm = fn.inspect_asm(sig)
     lines = [" ".join(l.split()) for l in asm.splitlines()]
     print(sum(1 for l in lines if l.split() and not l.startswith(".")))
-    for pattern in sys.argv[3:]:
+    for pattern in sys.argv[4:]:
         print(pattern, sum(1 for l in lines if __import__("re").search(pattern, l)))
 """)
 
@@ -204,8 +212,12 @@ def test_every_tier_compiles_to_its_instructions(tier, bits, tmp_path):
     cpu, present, absent = FOREIGN[tier]
     if (tier, bits) == ("avx512vnni-zmm", 3):  # w3's 48-byte row pair stays on 256-bit registers
         present = [r"vpdpbusd .*ymm"]  # (VEX-encoded where the CPU has AVX-VNNI too)
+    _compiled_for(cpu, "4x2", tier, bits, present, absent, tmp_path)
+
+
+def _compiled_for(cpu, layout, tier, bits, present, absent, tmp_path):
     env = {**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": "", "NUMBA_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", COMPILE_ONLY, tier, str(bits), *present, *absent],
+    done = subprocess.run([sys.executable, "-c", COMPILE_ONLY, layout, tier, str(bits), *present, *absent],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     counts = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines()[1:])
@@ -213,6 +225,22 @@ def test_every_tier_compiles_to_its_instructions(tier, bits, tmp_path):
         assert int(counts[pattern]) > 0, f"{tier} for {cpu}: no {pattern} in its code"
     for pattern in absent:
         assert int(counts[pattern]) == 0, f"{tier} for {cpu}: {pattern} in its code"
+
+
+# the column tiles: vpdpbusd with the four activations broadcast, on R rows per register, no reduction
+TILE_FOREIGN = {
+    "avx512vnni": ("znver4", [r"^vpdpbusd .*\{1to8\}.*ymm"], [r"vpdpbusd .*zmm", r"vphaddd", r"\{vex\}"]),
+    "avx512vnni-zmm": ("sapphirerapids", [r"^vpdpbusd .*\{1to16\}.*zmm"], [r"vphaddd"]),
+    "avxvnni": ("alderlake", [r"^\{vex\} vpdpbusd .*ymm", r"^vpbroadcastd"], [r"zmm", r"vphaddd", r"\{1to"]),
+}
+
+
+@pytest.mark.parametrize("tier", sorted(TILE_FOREIGN))
+def test_column_tiles_compile_to_broadcast_dot_products(tier, tmp_path):
+    if ARCH != "x86_64":
+        pytest.skip(f"{tier} is an x86_64 tier; numba here targets {ARCH} only")
+    cpu, present, absent = TILE_FOREIGN[tier]
+    _compiled_for(cpu, "c4", tier, 4, present, absent, tmp_path)
 
 
 def test_sweep_refuses_a_numba_target_this_cpu_cannot_run(tmp_path):
@@ -242,12 +270,14 @@ def test_info_names_the_tiers(tmp_path):
     usable = [t.name for t in tiers.usable()]
     line = next(l for l in res.output.splitlines() if l.startswith("int8 tiers:"))
     if usable:
-        assert line.startswith(f"int8 tiers: packed-4x2-{usable[0]}")
-        assert all(f"packed-4x2-{n}" in line for n in usable)
+        names = [v for n in usable for v in by_name(n).variants()]
+        preferred = kernels.variants(4, "i8")[0].variant
+        assert line.startswith(f"int8 tiers: {preferred} (preferred")
+        assert all(v in line for v in names)
     else:
         assert "none usable here" in line
     for s in tiers.report().statuses:
         if not s.usable:
-            assert f"  packed-4x2-{s.tier.name}: not usable: {s.reason}" in res.output
+            assert f"  {', '.join(s.tier.variants())}: not usable: {s.reason}" in res.output
     doc = json.loads(CliRunner().invoke(main, ["info", "--format", "json"]).stdout)
     assert [t["name"] for t in doc["tiers"]["tiers"] if t["usable"]] == usable

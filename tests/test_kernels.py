@@ -8,7 +8,7 @@ import pytest
 from numba import njit
 
 from gemvbw import kernels
-from gemvbw.kernels import packed
+from gemvbw.kernels import packed, tile
 from gemvbw.kernels._common import half_to_f32
 from gemvbw.quant import quantize, random_activations, random_quantized
 from gemvbw.verify import reference_gemv, verify
@@ -147,7 +147,7 @@ def test_int8_activations_are_quantized_per_block():
 def test_int8_kernel_extremes_do_not_saturate(spec, code):
     # extreme codes against the largest activations of both signs: 8-bit codes as they are would
     # saturate vpmaddubsw, and stored as c - 128 the code 0 becomes -128, whose magnitude is 128
-    qm = random_quantized(8, 256, bits=spec.bits)
+    qm = random_quantized(40, 256, bits=spec.bits)  # 40 rows: whole column tiles of 8 and 16, and rows left over
     qm.codes[:] = code
     x = np.where(np.arange(256) % 2 == 0, 1.0, -1.0).astype(np.float32)
     x[:64] = 1.0
@@ -208,6 +208,57 @@ def test_repacked_layout_holds_the_same_bytes(tier, bits, meta_bytes):
     k = 1 * npairs + 2
     assert np.array_equal(pm[k * 16:k * 16 + 8], qm.scale_raw[4:8, 4:6].T.ravel())
     assert np.array_equal(pm[k * 16 + 8:k * 16 + 16], qm.offset_raw[4:8, 4:6].T.ravel())
+
+
+def _unpacked_codes(qm):
+    """codes[r, k] of a matrix's full blocks, read from its stored bytes by the documented formats."""
+    out = np.zeros((qm.M, (qm.K // 64) * 64), np.int64)
+    for r in range(qm.M):
+        for k in range(out.shape[1]):
+            b, j = divmod(k, 64)
+            if qm.bits == 8:
+                out[r, k] = qm.codes[r, k]
+            elif qm.bits == 4:  # byte j of a block: codes j and j + 32
+                out[r, k] = (qm.codes[r, b * 32 + j % 32] >> (4 * (j // 32))) & 15
+            else:  # w2, byte j: codes j + 16p at bits 2p
+                out[r, k] = (qm.codes[r, b * 16 + j % 16] >> (2 * (j // 16))) & 3
+    return out
+
+
+@pytest.mark.parametrize("rows", [8, 16])
+@pytest.mark.parametrize("bits", tile.WIDTHS)
+@pytest.mark.parametrize("meta_bytes", [2, 4])
+def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
+    # byte t of row r's lane in vector s of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p
+    M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
+    qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
+    pc, pm, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows)
+    codes = _unpacked_codes(qm)
+    P, size = 8 // bits, tile.tile_bytes(bits, rows)
+    assert nfull == 3 and pc.size == 2 * 3 * size == 2 * rows * 3 * 64 * bits // 8
+    for g in range(2):
+        for b in range(3):
+            t = g * 3 + b
+            for s in range(64 // (4 * P)):
+                for r in range(rows):
+                    for j in range(4):
+                        want = sum(int(codes[g * rows + r, 64 * b + 4 * (P * s + p) + j]) << (bits * p)
+                                   for p in range(P))
+                        assert pc[t * size + (s * rows + r) * 4 + j] == want, (g, b, s, r, j)
+            assert np.array_equal(pm[t * 2 * rows:t * 2 * rows + rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
+            assert np.array_equal(pm[t * 2 * rows + rows:(t + 1) * 2 * rows],
+                                  qm.offset_raw[g * rows:(g + 1) * rows, b])
+
+
+@pytest.mark.skipif(not I8, reason=NO_I8)
+@pytest.mark.parametrize("spec", I8, ids=spec_id)
+@pytest.mark.parametrize("M,K", [(323, 200), (150, 320)])
+def test_int8_kernel_on_many_row_groups(spec, M, K):
+    # enough groups that a thread's chunk holds several: both streams of the skeleton run, and the lone
+    # last group of an odd chunk; a short last block and rows outside the groups
+    qm = random_quantized(M, K, bits=spec.bits, seed=M)
+    result = verify(spec, qm, random_activations(K, seed=M))
+    assert result.ok and result.max_rel_err < 1e-5, result.max_rel_err
 
 
 @pytest.mark.parametrize("V", [16, 32])

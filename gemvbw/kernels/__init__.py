@@ -61,6 +61,10 @@ class KernelSpec:
     context: Callable[[int], ContextManager] | None = None
     # what ran, said beside its row (which BLAS, with how many threads)
     facts: Callable[[], str] | None = None
+    # int8 variants: the instruction-set tier (gemvbw.tiers) and the repacked layout the variant binds;
+    # variants of one layout share one repacked copy of a matrix
+    tier: str | None = None
+    layout: tuple | None = None
 
     def session(self, threads: int) -> ContextManager:
         return self.context(threads) if self.context is not None else contextlib.nullcontext()
@@ -171,11 +175,18 @@ def _describe(fn) -> str:
     return " ".join((fn.__doc__ or "").split())
 
 
-# The int8-activation variants: the packed kernel once per tier this CPU and numba's target can run,
-# named packed-4x2-<tier> (format, tile of 4 rows x 2 blocks, instruction set). The alias "packed"
-# means the preferred one of them.
+# The int8-activation variants, named by format, tile and instruction-set tier (as XNNPACK and KleidiAI name
+# theirs), once per tier this CPU and numba's target can run:
+# - packed-4x2-<tier>: four rows x two blocks per step, each row's codes against a vector of activations
+#   (gemvbw.kernels.packed), every width, every tier;
+# - packed-<R>c4-<tier>: column tiles of R rows, four weights of a row per 32-bit lane against four
+#   activations broadcast (gemvbw.kernels.tile), w8 w4 w2 on the VNNI tiers.
+# The alias "packed" means the preferred one of them.
 PACKED_PREFIX = "packed-4x2-"
-ALIASES = {"packed": PACKED_PREFIX}
+ALIASES = {"packed": "packed-"}
+# Preferred over packed-4x2 of the same tier where no calibration says otherwise. Measured, 4096x14336, cold,
+# one process, interleaved (benchmarks/RESULTS.md): see gemvbw.kernels.tile.
+TILE_PRIORITY = 10
 
 
 def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
@@ -187,15 +198,39 @@ def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
+def _tile_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
+    def bind(qm: QuantizedMatrix) -> Runner:
+        from gemvbw.kernels import tile
+
+        return tile.bind(tier, qm, 4 * numba.get_num_threads())
+
+    return bind
+
+
 def i8_specs(usable_tiers) -> list[KernelSpec]:
     """The int8-activation variants of the given tiers, every width."""
+    from gemvbw.kernels import packed, tile
     from gemvbw.kernels.activations import SUPPORTED_BLOCK, dequantized_activations
 
-    return [KernelSpec(bits, "i8", PACKED_PREFIX + tier.name,
-                       f"int8 activations, weights repacked for four rows x two blocks per step; {tier.summary}",
-                       _packed_binder(tier.name), priority=tier.priority, activations=dequantized_activations,
-                       blocks=(SUPPORTED_BLOCK,))
-            for tier in usable_tiers for bits in (8, 4, 3, 2)]
+    specs = []
+    for t in usable_tiers:
+        prim = packed.PRIMITIVES[t.name]
+        for bits in (8, 4, 3, 2):
+            specs.append(KernelSpec(
+                bits, "i8", PACKED_PREFIX + t.name,
+                f"int8 activations, weights repacked for four rows x two blocks per step; {t.summary}",
+                _packed_binder(t.name), priority=t.priority, activations=dequantized_activations,
+                blocks=(SUPPORTED_BLOCK,), tier=t.name,
+                layout=("4x2", packed.layout_bytes(prim), packed.code_bias(prim, bits))))
+        if t.name in tile.tile_tiers():
+            rows = tile.tile_rows(t.name)
+            specs += [KernelSpec(
+                bits, "i8", f"packed-{rows}c4-{t.name}",
+                f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
+                f"activations broadcast per instruction; {t.summary}",
+                _tile_binder(t.name), priority=t.priority + TILE_PRIORITY, activations=dequantized_activations,
+                blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows)) for bits in tile.WIDTHS]
+    return specs
 
 
 def _register_i8() -> None:
@@ -268,7 +303,7 @@ def acts_for(bits: int, block: int, act: str, kernel: str = "auto") -> list[tupl
     missing = int8_unavailable(bits, block)
     if missing is not None:
         return [("f32", f"f32 activations: {missing}")]
-    i8 = (f"int8 activations: {variants(bits, 'i8')[0].variant.removeprefix(PACKED_PREFIX)} "
+    i8 = (f"int8 activations: {variants(bits, 'i8')[0].tier} "
           "kernels exist for this CPU and block")
     if kernel == "all":
         return [("f32", "f32 activations (--kernel all: every variant)"), ("i8", i8)]

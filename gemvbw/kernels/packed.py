@@ -436,7 +436,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     prim = PRIMITIVES[tier]
     V = layout_bytes(prim)
-    layout = (V, code_bias(prim, qm.bits))
+    layout = ("4x2", V, code_bias(prim, qm.bits))
     copies = _PACKED.setdefault(qm, {})
     if layout not in copies:  # verification, calibration and the timed run share one copy
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
