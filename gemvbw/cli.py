@@ -703,10 +703,8 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
 def entry() -> None:
     """The console script: the click group, with Ctrl-C at any moment (start-up and the roofline included)
     exiting 130 after what was measured, and a closed pipe (gemvbw sweep | head -1) ending quietly."""
-    try:
+    try:  # outside standalone mode click returns the code of a ctx.exit() (--help, --version) rather than raising it
         code = main.main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
     except click.ClickException as exc:
         exc.show()
         code = exc.exit_code

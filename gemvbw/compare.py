@@ -19,7 +19,7 @@ class MalformedResult(ValueError):
     """A result file whose results are not what gemvbw writes."""
 
 
-def result_key(r: dict, by_width: bool = False) -> tuple:
+def result_key(r: dict, by_width: bool) -> tuple:
     """What matches a result across runs; ``by_width``: runs that chose their variants (--kernel auto) are
     matched by shape and width whatever each chose (a choice within the noise may differ between runs)."""
     return (r["M"], r["K"], r["bits"], r.get("block"), r.get("act", "f32"), "auto" if by_width else r.get("variant"))

@@ -83,8 +83,7 @@ def builtin_dir() -> Path:
 
 
 def builtin_presets() -> dict[str, Path]:
-    d = builtin_dir()
-    return {f.stem.lower(): f for f in sorted(d.glob("*.toml"))} if d.is_dir() else {}
+    return {f.stem.lower(): f for f in sorted(builtin_dir().glob("*.toml"))}  # a missing directory globs nothing
 
 
 def available() -> dict[str, Path]:
@@ -130,10 +129,10 @@ def load(name_or_path: str) -> Preset:
         if not isinstance(doc.get("projection"), list) or not all(isinstance(p, dict) for p in doc["projection"]):
             raise PresetError(f"{path}: needs [[projection]] tables; see configs/README.md")
         projections = tuple(
-            Projection(str(p["name"]), _whole(p, "M", path, f"projection {p.get('name', i)!r}: "),
-                       _whole(p, "K", path, f"projection {p.get('name', i)!r}: "),
-                       _whole(p, "count", path, f"projection {p.get('name', i)!r}: ", 1), str(p.get("scope", "layer")))
-            for i, p in enumerate(doc["projection"])
+            Projection(str(p["name"]), _whole(p, "M", path, f"projection {p['name']!r}: "),
+                       _whole(p, "K", path, f"projection {p['name']!r}: "),
+                       _whole(p, "count", path, f"projection {p['name']!r}: ", 1), str(p.get("scope", "layer")))
+            for p in doc["projection"]
         )
         preset = Preset(
             name=str(doc["name"]), source=str(doc.get("source", "")), hidden_size=_whole(doc, "hidden_size", path),
@@ -150,7 +149,7 @@ def load(name_or_path: str) -> Preset:
     bad = [p.name for p in projections if p.M <= 0 or p.K <= 0 or p.count <= 0 or p.scope not in ("layer", "token")]
     if bad or preset.layers <= 0 or not projections:
         raise PresetError(f"{path}: projections need positive M, K, count and scope 'layer' or 'token' "
-                          f"(check {', '.join(bad) or 'layers'})")
+                          f"(check {', '.join(bad) or ('layers' if preset.layers <= 0 else 'the [[projection]] tables')})")
     return preset
 
 

@@ -362,3 +362,103 @@ def test_unquantized_widths_have_no_int8_activations():
     assert res.exit_code == 2 and "--act: w16 are unquantized weights" in res.stderr
     res = run(TINY + ["--bits", "33"])
     assert res.exit_code == 2 and "32,16,8,4,3,2" in res.stderr
+
+
+# --- a recorded run read back (--rerun, compare), as functions: every message whole --------------
+
+def _refused(capsys, fn, *args):
+    from gemvbw import cli
+
+    with pytest.raises(SystemExit) as stop:
+        getattr(cli, fn)(*args)
+    assert stop.value.code == 2
+    return capsys.readouterr().err.removeprefix("Error: ").rstrip("\n")
+
+
+def test_recorded_settings_become_flags(capsys):
+    from gemvbw.cli import settings_as_flags
+
+    doc = {"settings": {"shapes": [[8, 64], [16, 128]], "bits": [4, 2], "block": 64, "threads": 2, "act": "i8",
+                        "kernel": "auto", "max_seconds": 1.5, "compare_warm": False, "seed": None, "flush_mib": 0}}
+    assert settings_as_flags(doc) == {"shapes": ((8, 64), (16, 128)), "bits": "4,2", "block": 64, "threads": 2,
+                                      "act": "i8", "kernel": "auto", "max_seconds": 1.5, "flush_mib": 0}
+    one = settings_as_flags({"settings": {"shapes": [[1, 1]], "compare_warm": True}})
+    assert one == {"shapes": None, "M": 1, "K": 1, "compare_warm": True}  # one shape: --M/--K, as typed
+    assert settings_as_flags({"settings": {"bits": ["8", 4]}}) == {"bits": "8,4"}
+
+
+@pytest.mark.parametrize("settings,message", [
+    (None, "--rerun: 'r.json' has no settings mapping; give a file written by gemvbw sweep --json"),
+    ({"shapes": []}, "--rerun r.json: settings.shapes must be a list of [M, K] pairs of positive integers, got []"),
+    ({"shapes": [[0, 64]]},
+     "--rerun r.json: settings.shapes must be a list of [M, K] pairs of positive integers, got [[0, 64]]"),
+    ({"shapes": [[8, 64, 1]]},
+     "--rerun r.json: settings.shapes must be a list of [M, K] pairs of positive integers, got [[8, 64, 1]]"),
+    ({"shapes": [8, 64]}, "--rerun r.json: settings.shapes must be a list of [M, K] pairs of positive integers, "
+                          "got [8, 64]"),
+    ({"shapes": "8x64"}, "--rerun r.json: settings.shapes must be a list of [M, K] pairs of positive integers, "
+                         "got '8x64'"),
+    ({"bits": [True, 4]}, "--rerun r.json: settings.bits is [True, 4], not a value gemvbw records"),
+    ({"threads": {"n": 2}}, "--rerun r.json: settings.threads is {'n': 2}, not a value gemvbw records"),
+])
+def test_a_malformed_recorded_setting_is_named(capsys, settings, message):
+    doc = {} if settings is None else {"settings": settings}
+    assert _refused(capsys, "settings_as_flags", doc, "r.json") == message
+
+
+def test_a_result_file_is_read_or_refused_by_its_flag(tmp_path, capsys):
+    from gemvbw.cli import load_baseline, load_result
+
+    good = {"schema": "gemvbw.sweep/1", "settings": {}, "created": "2026-12-01T10:00:00", "results": []}
+    path = tmp_path / "caf\u00e9.json"
+    path.write_text(json.dumps(good | {"note": "\u00e9"}), encoding="utf-8")
+    assert load_result(str(path), "--x")["note"] == "\u00e9"
+    assert load_baseline(str(path)) == (f"{path} (2026-12-01T10:00:00)", good | {"note": "\u00e9"})
+    undated = tmp_path / "undated.json"
+    undated.write_text(json.dumps({k: v for k, v in good.items() if k != "created"}))
+    assert load_baseline(str(undated))[0] == f"{undated} (?)"
+    for doc in ([], {"schema": "gemvbw.sweep/2", "settings": {}}, {"schema": "gemvbw.sweep/1"}):
+        path.write_text(json.dumps(doc))
+        assert _refused(capsys, "load_result", str(path), "--flag") == (
+            f"--flag: {str(path)!r} is not a gemvbw.sweep/1 result; give a file written by gemvbw sweep/model --json")
+    assert _refused(capsys, "load_result", str(tmp_path / "none.json"), "--flag") == (
+        f"--flag: cannot read {str(tmp_path / 'none.json')!r} (No such file or directory)")
+    path.write_text(json.dumps(good | {"results": [{"bits": 4}]}))
+    message = _refused(capsys, "load_baseline", str(path))
+    assert message.startswith(f"--rerun: {path}") and message.endswith("; give a file written by gemvbw sweep --json")
+    path.write_text("{")
+    assert _refused(capsys, "load_baseline", str(path)).startswith(f"--rerun: {str(path)!r} is not JSON (")
+
+
+def test_a_bad_value_from_a_rerun_file_names_its_entry():
+    from gemvbw.cli import from_file
+    from gemvbw.settings import SettingsError
+
+    exc = SettingsError("--iters", "must be a positive integer, got 0")
+    assert from_file(exc, {"iters": 0}, "r.json") == (
+        "--rerun r.json: settings.iters = 0 from the file: must be a positive integer, got 0")
+    assert from_file(exc, {"iters": 0}, None) == str(exc)  # no file: the flag's own message
+    assert from_file(exc, {"reps": 0}, "r.json") == str(exc)  # not from the file
+    act = SettingsError("--act", "must be one of auto, f32, i8: got 'x'")
+    assert from_file(act, {"act": "x"}, "r.json") == (
+        "--rerun r.json: settings.act = 'x' from the file: must be one of auto, f32, i8: got 'x'")
+    assert from_file(act, {"kernel": "x"}, "r.json") == str(act)
+    shape = SettingsError("--M/--K", "M must be positive")
+    assert from_file(shape, {"M": 0}, "r.json") == str(shape)  # a flag no recorded key maps to
+
+
+def test_an_unwritable_output_is_refused_with_its_flag(tmp_path, capsys):
+    assert _refused(capsys, "check_path", str(tmp_path), "--json") == (
+        f"--json: {str(tmp_path)!r} is a directory; give a file name, e.g. --json run.json")
+
+
+def test_the_fastest_verified_result_of_each_shape_counts_once():
+    from types import SimpleNamespace as R
+
+    from gemvbw.cli import fastest_per_shape
+
+    rec = R(results=[R(bits=4, M=8, K=8, best_avg_us=5.0, logical_bytes=10, variant="a"),
+                     R(bits=4, M=8, K=8, best_avg_us=5.0, logical_bytes=10, variant="b"),  # a tie keeps the first
+                     R(bits=4, M=8, K=8, best_avg_us=6.0, logical_bytes=10, variant="c"),
+                     R(bits=8, M=8, K=8, best_avg_us=1.0, logical_bytes=20, variant="d")])
+    assert fastest_per_shape(rec, 4) == {(8, 8): (10, 5.0, "a")}

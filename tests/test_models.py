@@ -99,7 +99,9 @@ def test_per_token_arithmetic_by_hand(tmp_path):
     assert s.bound_s_per_token == pytest.approx(190_000 / 10e9)  # 19 us
     assert s.pct_of_bound == pytest.approx(100 * 19 / 74)
     assert [r.share for r in s.rows] == pytest.approx([30 / 74, 24 / 74, 20 / 74])
-    assert s.rows[0].eff_gbps == pytest.approx(3.0)  # 30,000 bytes in 10 us
+    assert s.rows[0].eff_gbps == pytest.approx(3.0, rel=1e-12)  # 30,000 bytes in 10 us
+    assert [r.pct_read for r in s.rows] == pytest.approx([30.0, 25.0, 20.0], rel=1e-12)  # of 10 GB/s
+    assert [r.share for r in s.rows] == pytest.approx([30 / 74, 24 / 74, 20 / 74], rel=1e-12)
 
 
 def test_model_command_end_to_end(tmp_path):
@@ -281,3 +283,113 @@ def test_where_presets_are_looked_for(monkeypatch, tmp_path):
     assert models.builtin_dir() in (shipped, Path(models.__file__).resolve().parent / "configs")
     assert sorted(models.builtin_presets()) == sorted(p.stem.lower() for p in models.builtin_dir().glob("*.toml"))
     assert "llama-3-8b" in models.builtin_presets()
+
+
+def test_a_preset_is_read_field_by_field(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_MODEL.replace("published_params = 1",
+                                       "published_params = 1\nother_params_per_layer = 7\nother_params = 11"))
+    assert models.load(str(path)) == models.Preset(
+        name="Tiny", source="made up for the tests", hidden_size=128, layers=3, vocab_size=512,
+        tie_word_embeddings=True, published_params=1, other_params_per_layer=7, other_params=11, path=str(path),
+        projections=(models.Projection("qkv", 384, 128, 1, "layer"), models.Projection("o", 128, 128, 2, "layer"),
+                     models.Projection("head", 512, 128, 1, "token")))
+    # what may be left out, and what it means then
+    bare = tmp_path / "bare.toml"
+    bare.write_text('name = "Bare"\nhidden_size = 64\nlayers = 1\n[[projection]]\nname = "p"\nM = 1\nK = 1\n')
+    assert models.load(str(bare)) == models.Preset(
+        name="Bare", source="", hidden_size=64, layers=1, vocab_size=0, tie_word_embeddings=False,
+        projections=(models.Projection("p", 1, 1, 1, "layer"),), published_params=None, other_params_per_layer=0,
+        other_params=0, path=str(bare))
+
+
+BARE = 'name = "Bare"\nhidden_size = 64\nlayers = {layers}\n{more}'
+ONE = '[[projection]]\nname = "{name}"\nM = {M}\nK = {K}\ncount = {count}\nscope = "{scope}"\n'
+
+
+def _projection(name="p", M=1, K=1, count=1, scope="layer"):
+    return ONE.format(name=name, M=M, K=K, count=count, scope=scope)
+
+
+@pytest.mark.parametrize("more,layers,message", [
+    (_projection(M=0), 1, "projections need positive M, K, count and scope 'layer' or 'token' (check p)"),
+    (_projection(K=0), 1, "projections need positive M, K, count and scope 'layer' or 'token' (check p)"),
+    (_projection(count=0), 1, "projections need positive M, K, count and scope 'layer' or 'token' (check p)"),
+    (_projection(scope="model"), 1, "projections need positive M, K, count and scope 'layer' or 'token' (check p)"),
+    (_projection("a", M=-1) + _projection("b") + _projection("c", K=-2), 1,
+     "projections need positive M, K, count and scope 'layer' or 'token' (check a, c)"),
+    (_projection(), 0, "projections need positive M, K, count and scope 'layer' or 'token' (check layers)"),
+    ("projection = []\n", 1,
+     "projections need positive M, K, count and scope 'layer' or 'token' (check the [[projection]] tables)"),
+    (_projection(M=64.5), 1, "projection 'p': M = 64.5 must be a whole number (e.g. M = 4096); see configs/README.md"),
+    (_projection(K='"64"'), 1, "projection 'p': K = '64' must be a whole number (e.g. K = 4096); see configs/README.md"),
+    (_projection(count=1.0), 1,
+     "projection 'p': count = 1.0 must be a whole number (e.g. count = 4096); see configs/README.md"),
+    ("vocab_size = 1.5\n" + _projection(), 1,
+     "vocab_size = 1.5 must be a whole number (e.g. vocab_size = 4096); see configs/README.md"),
+    ("other_params = true\n" + _projection(), 1,
+     "other_params = True must be a whole number (e.g. other_params = 4096); see configs/README.md"),
+    ("other_params_per_layer = 'x'\n" + _projection(), 1,
+     "other_params_per_layer = 'x' must be a whole number (e.g. other_params_per_layer = 4096); see configs/README.md"),
+    ("[[projection]]\nM = 1\nK = 1\n", 1, "missing or malformed field ('name'); see configs/README.md"),
+])
+def test_a_malformed_preset_is_named_whole(tmp_path, more, layers, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(BARE.format(layers=layers, more=more))
+    with pytest.raises(models.PresetError) as err:
+        models.load(str(path))
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_preset_fields_at_their_bounds_load(tmp_path):
+    path = tmp_path / "edge.toml"
+    path.write_text(BARE.format(layers=1, more=_projection(M=1, K=1, count=1, scope="token")))
+    assert models.load(str(path)).projections == (models.Projection("p", 1, 1, 1, "token"),)
+    path.write_text('name = "N"\nhidden_size = 1.0\nlayers = 1\n' + _projection())
+    with pytest.raises(models.PresetError) as err:
+        models.load(str(path))
+    assert str(err.value) == (f"{path}: hidden_size = 1.0 must be a whole number (e.g. hidden_size = 4096); "
+                              "see configs/README.md")
+    path.write_text('name = "N"\nhidden_size = 1\nlayers = 2.0\n' + _projection())
+    with pytest.raises(models.PresetError, match=r"edge.toml: layers = 2.0 must be a whole number"):
+        models.load(str(path))
+
+
+def test_a_preset_that_is_not_utf8_toml_is_named(tmp_path):
+    path = tmp_path / "latin.toml"
+    path.write_bytes('name = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(models.PresetError) as err:
+        models.load(str(path))
+    assert str(err.value).startswith(f"{path}: not a readable UTF-8 TOML file (")
+    path.write_bytes('name = "caf\u00e9"\nhidden_size = 1\nlayers = 1\n'.encode() + _projection().encode())
+    assert models.load(str(path)).name == "caf\u00e9"  # read as UTF-8 whatever the locale says
+
+
+def test_a_preset_is_found_by_path_or_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMVBW_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "tiny.toml").write_text(TINY_MODEL)
+    monkeypatch.chdir(tmp_path)
+    assert models.find("tiny.toml") == models.Path("tiny.toml")  # a .toml name is a path, even without a slash
+    assert models.find("TINY.TOML") == tmp_path / "tiny.toml"  # not ".toml": a name, case and suffix ignored
+    assert models.find("Tiny") == tmp_path / "tiny.toml"
+    for missing in ("nope.toml", "sub/tiny"):  # a slash makes a path too
+        with pytest.raises(models.PresetError) as err:
+            models.find(missing)
+        assert str(err.value) == f"no preset file {missing!r}"
+    with pytest.raises(models.PresetError) as err:
+        models.find("nope")
+    assert str(err.value) == (f"no preset named 'nope'; known: {', '.join(sorted(models.available()))} "
+                              "(or give a path to a .toml file)")
+
+
+def test_shipped_presets_are_looked_for_beside_the_package_then_above_it(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "gemvbw"
+    pkg.mkdir(parents=True)
+    monkeypatch.setattr(models, "__file__", str(pkg / "models.py"))
+    assert models.builtin_dir() == pkg / "configs" and models.builtin_presets() == {}  # neither exists
+    (tmp_path / "site" / "configs").mkdir()
+    assert models.builtin_dir() == tmp_path / "site" / "configs"  # a checkout: the top-level configs/
+    (pkg / "configs").mkdir()
+    (pkg / "configs" / "Small.toml").write_text(TINY_MODEL)
+    assert models.builtin_dir() == pkg / "configs"  # installed: the wheel's gemvbw/configs wins
+    assert models.builtin_presets() == {"small": pkg / "configs" / "Small.toml"}

@@ -112,10 +112,17 @@ def multi_record() -> SweepRecord:
     return rec
 
 
-def rich_text(rec: SweepRecord) -> str:
+def console(out, width: int, ansi: bool = False) -> Console:
+    """A console of fixed width for a golden file: plain, or with the ANSI styles a terminal would get (its colours
+    and highlighting decided by gemvbw), never a live terminal (the progress bar would print timings)."""
+    return Console(file=out, width=width, color_system="standard" if ansi else None, force_terminal=False,
+                   legacy_windows=False)
+
+
+def rich_text(rec: SweepRecord, ansi: bool = False, width: int = 132) -> str:
     out = io.StringIO()
     rep = RichReporter(out)
-    rep.console = Console(file=out, width=132, color_system=None, force_terminal=False, legacy_windows=False)
+    rep.console = console(out, width, ansi)
     rep.start(rec, total_groups=sum(len(r.measurement.groups) for r in rec.results))
     rep.roofline(rec)
     for r in rec.results:
@@ -138,11 +145,22 @@ def check_golden(name: str, text: str) -> None:
 
 
 @pytest.mark.parametrize("make", [single_record, multi_record], ids=["single", "multi"])
-@pytest.mark.parametrize("fmt", ["md", "csv", "json", "rich"])
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "rich", "rich-ansi"])
 def test_each_format_prints_exactly_the_recorded_text(make, fmt):
     rec = make()
-    text = {"md": mnn_text, "csv": csv_text, "json": json_text, "rich": rich_text}[fmt](rec)
+    text = {"md": mnn_text, "csv": csv_text, "json": json_text, "rich": rich_text,
+            "rich-ansi": lambda r: rich_text(r, ansi=True)}[fmt](rec)
     check_golden(f"{make.__name__}.{fmt}", text)
+
+
+def test_a_terminal_too_narrow_for_the_figures_says_so():
+    wide = rich_text(single_record(), width=80)  # a laptop's terminal: the table fits, no word about it
+    check_golden("single_record.rich-80", wide)
+    assert "The table needs" not in wide
+    narrow = rich_text(single_record(), width=56)  # a phone's: rich cuts cells short, the user is told
+    check_golden("single_record.rich-56", narrow)
+    assert ("The table needs 78 columns and this terminal has 56: its figures are cut short. Widen the terminal, "
+            "or use --format mnn") in " ".join(narrow.replace("\n--", " --").split())
 
 
 def test_the_figures_in_the_golden_record_are_the_formulas_by_hand():
@@ -185,9 +203,10 @@ def test_model_tables_print_exactly_the_recorded_text():
     # 30/40 and 45/40 of the bound, but for the 0.1 us rounding of each call
     assert summaries[0].pct_of_bound == pytest.approx(75, abs=0.01) and summaries[1].pct_of_bound == pytest.approx(112.5, abs=0.01)
     check_golden("model.md", model_view.markdown(preset, summaries))
-    out = io.StringIO()
-    model_view.print_rich(Console(file=out, width=132, color_system=None), preset, summaries)
-    check_golden("model.rich", out.getvalue())
+    for ansi, name in ((False, "model.rich"), (True, "model.rich-ansi")):
+        out = io.StringIO()
+        model_view.print_rich(console(out, 132, ansi), preset, summaries)
+        check_golden(name, out.getvalue())
 
 
 def soak_record(windows):
@@ -222,19 +241,20 @@ SOAK_WINDOWS = [(6000, 300.0, (3700.0, 3650.0), 61.5), (5900, 305.0, (3600.0, No
                 (5500, 330.0, (), None)]
 
 
-def test_soak_rich_view_keeps_the_table_on_screen():
+@pytest.mark.parametrize("ansi", [False, True], ids=["plain", "ansi"])
+def test_soak_rich_view_keeps_the_table_on_screen(ansi):
     from gemvbw.report.soak_view import SoakView
 
     rec = soak_record(SOAK_WINDOWS)
     out = io.StringIO()
     view = SoakView("rich")
-    view.console = Console(file=out, width=100, color_system=None)
+    view.console = console(out, 100, ansi)
     view.start(6.0, 2.0)
     for w in rec.windows:
         view.window(rec, w)
     view.stop()
     view.finish(rec)
-    check_golden("soak.rich", out.getvalue())
+    check_golden("soak.rich-ansi" if ansi else "soak.rich", out.getvalue())
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])
@@ -255,3 +275,106 @@ def test_soak_file_formats_print_the_whole_record(fmt, capsys, monkeypatch):
 def test_model_json_per_width_is_exactly_the_recorded_text():
     _, summaries = model_summaries()
     check_golden("model.json", json.dumps([s.to_dict() for s in summaries], indent=1, sort_keys=True) + "\n")
+
+
+# --- the header and notes of a run on other machines: whole lines --------------------------------
+
+def test_the_header_on_a_mixed_machine_without_known_speeds():
+    from gemvbw.report.text import header_lines
+
+    system = SYSTEM | {"isa": [], "affinity": [0, 1, 4], "affinity_clusters": [0, 1, 7], "affinity_mixed": True,
+                       "clusters": [{"cpus": [0, 1], "max_mhz": 3700.0}, {"cpus": [4, 5], "max_mhz": None}]}
+    rec = SweepRecord(system, settings(cpus=[0, 1, 4], flush_mib=0), command=["gemvbw"],
+                      created="2026-12-01T12:00:00+00:00", roofline=ROOFLINE, overhead=OVERHEAD, partial=False)
+    assert header_lines(rec)[:2] == [
+        "cpu: Example CPU 9000 (x86_64; none of interest)",
+        # a cluster index the machine does not list (7) is left out, not an error
+        "cpus: CPUs 0-1,4 (pinned with --cpus) in cluster [0] CPUs 0-1, max 3700 MHz; [1] CPUs 4-5, max unknown"
+        " -- MIXED core types",
+    ]
+    assert header_lines(rec)[3].startswith("flush: 0 MiB before each call (warm cache); metadata fp16;")
+
+
+def test_a_kernel_choice_without_timings_says_only_where_it_came_from():
+    from gemvbw.report.text import note_lines
+
+    rec = single_record()
+    rec.notes = []
+    rec.results = []
+    rec.kernel_choice = {"w4": {"variant": "packed-16c4-avx512vnni-zmm", "source": "cached", "timings_us": {}},
+                         "w8": {"variant": "x", "source": "calibrated now", "timings_us": {"y": 20.4, "x": 10.6}}}
+    assert note_lines(rec) == ["--kernel auto chose packed-16c4-avx512vnni-zmm for w4 (cached)",
+                               "--kernel auto chose x for w8 (calibrated now; warm calibration on this shape: "
+                               "x 11 us, y 20 us)"]
+
+
+def test_the_progress_bar_counts_groups_and_names_the_last_one():
+    rec = single_record()
+    rep = RichReporter(io.StringIO())
+    rep.console = console(io.StringIO(), 132)
+    assert rep.progress is None and rep.task is None
+    rep.group_done("w8", 0, rec.results[0].measurement.groups[0])  # before start: nothing to advance, no error
+    rep.start(rec, total_groups=7)
+    bar = rep.progress
+    columns = [(type(c).__name__, getattr(c, "text_format", None)) for c in bar.columns]
+    assert columns == [("TextColumn", "{task.description}"), ("BarColumn", None), ("MofNCompleteColumn", None),
+                       ("TextColumn", "groups"), ("TimeElapsedColumn", None)]
+    task = bar.tasks[0]
+    assert (task.description, task.total, task.completed) == ("rooflines", 7, 0) and bar.live.transient
+    w4 = rec.results[1]
+    rep.group_done("w4", 1, w4.measurement.groups[1])
+    assert (task.description, task.completed) == (f"w4 group 2: {w4.measurement.groups[1].mean_us:.0f} us", 1)
+    rep.finish(rec)
+    assert rep.progress is None and not bar.live.is_started
+
+
+class _Flushes(io.StringIO):
+    """stdout that remembers what had been flushed: a reader on a pipe sees only that."""
+    seen = ""
+
+    def flush(self):
+        self.seen = self.getvalue()
+
+
+def test_soak_text_lines_reach_a_pipe_as_they_are_measured(monkeypatch):
+    from gemvbw.report.soak_view import SoakView
+
+    out = _Flushes()
+    monkeypatch.setattr("sys.stdout", out)
+    rec = soak_record(SOAK_WINDOWS)
+    view = SoakView("text")
+    view.start(6.0, 2.0)
+    assert out.seen == "# soak for 6 s, windows of 2 s\nt_s | calls | mean us | eff GB/s | MHz | C\n"
+    view.window(rec, rec.windows[0])
+    assert out.seen.endswith("\n2.0 | 6000 | 300.0 | 31.46 | 3700/3650 | 61.5\n")
+
+
+def test_soak_live_table_shows_the_last_twenty_windows(capsys):
+    from gemvbw.report.soak_view import SoakView
+
+    rec = soak_record([(100 + i, 300.0 + i, (), None) for i in range(22)])
+    view = SoakView("rich")  # its own console, on stdout
+    view.start(44.0, 2.0)
+    live = view.live
+    table = live.get_renderable()
+    assert (live.transient, live.refresh_per_second) == (False, 4) and table.title == "gemvbw soak"
+    assert [c.header for c in table.columns] == ["t s", "calls", "mean us", "eff GB/s", "MHz", "C"]
+    for w in rec.windows:
+        view.window(rec, w)
+    table = live.get_renderable()
+    assert table.row_count == 20 and table.columns[1]._cells == [str(100 + i) for i in range(2, 22)]
+    view.stop()
+    assert view.live is None and not live.is_started
+    view.finish(rec)
+    assert "gemvbw soak" in capsys.readouterr().out
+
+
+def test_model_lines_at_the_bound_and_in_megabytes():
+    from gemvbw.report.model_view import gap_line, markdown, summary_lines
+
+    preset = models.Preset("One", "made up", 64, 1, 0, False, (models.Projection("p", 64, 64),))
+    # 150.05 MB per token in exactly the bound's time at 40 GB/s (MB: 1e6 bytes; 150.05 rounds up)
+    s = models.token_summary(preset, 4, {(64, 64): (150_050_000, 3751.25, None)}, 40.0)
+    assert gap_line(s) == "the kernels reach 100% of the bound (0.00 ms per token above it)"  # exactly at it
+    assert summary_lines(s)[0] == "weight bytes per token: 150.1 MB (sum over projections x count per token)"
+    assert markdown(preset, [s]).splitlines()[5].endswith("| -")  # no variant recorded: "-"

@@ -23,13 +23,14 @@ def csv_text(record: SweepRecord) -> str:
     rf = record.roofline
     for r in record.results:
         d = r.to_dict()
-        row = {k: d.get(k, "") for k in COLUMNS}
+        # DictWriter leaves a column it is not given empty (error, here), and writes None as empty
+        row = {k: d[k] for k in COLUMNS if k in d}
         row.update(type=r.type, memcpy_gbps=rf.memcpy.gbps, read_gbps=rf.read.gbps, verified="true",
-                   notes=";".join(n.code for n in r.notes), error="")
+                   notes=";".join(n.code for n in r.notes))
         w.writerow(row)
     for f in record.failures:
         w.writerow({"type": f.type, "variant": f.variant, "bits": f.bits, "M": f.M, "K": f.K,
-                    "verified": "false", "max_rel_err": "" if f.max_rel_err is None else f.max_rel_err,
+                    "verified": "false", "max_rel_err": f.max_rel_err,
                     "error": f.message})
     return out.getvalue()
 

@@ -46,7 +46,7 @@ class MnnReporter:
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def start(self, record: SweepRecord, total_groups: int) -> None:
+    def start(self, record: SweepRecord, total_groups: int) -> None:  # total_groups: for a progress bar; none here
         s = record.settings
         self._print(f"## GemvBW (gemvbw {record.to_dict()['version']}, backend=CPU numba, act={s['act']}, "
                     f"blocksize={s['block']}, meta={META_NAMES[s['meta_bytes']]})")

@@ -12,7 +12,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f}"
 
 
-def summary_lines(preset: Preset, s: TokenSummary) -> list[str]:
+def summary_lines(s: TokenSummary) -> list[str]:
     several = len({r.variant for r in s.rows}) > 1
     return [
         *(["per projection, the fastest variant measured (--kernel all): what an engine would pick"] if several else []),
@@ -44,7 +44,7 @@ def markdown(preset: Preset, summaries: list[TokenSummary]) -> str:
             lines.append(f"{p.name} | {p.M}x{p.K} | {r.per_token} | {_mib(r.logical_bytes)} | {r.best_avg_us:.1f} | "
                          f"{r.eff_gbps:.2f} | {r.pct_read:.1f} | {100 * r.share:.1f}% | {r.variant or '-'}")
         lines.append("")
-        lines.extend(f"- {line}" for line in summary_lines(preset, s))
+        lines.extend(f"- {line}" for line in summary_lines(s))
         lines.append("")
     lines.append(f"Note: {CAVEAT}")
     return "\n".join(lines) + "\n"
@@ -65,6 +65,6 @@ def print_rich(console, preset: Preset, summaries: list[TokenSummary]) -> None:
             table.add_row(p.name, f"{p.M}x{p.K}", str(r.per_token), _mib(r.logical_bytes), f"{r.best_avg_us:.1f}",
                           f"{r.eff_gbps:.2f}", f"{r.pct_read:.1f}", f"{100 * r.share:.1f}%", r.variant or "-")
         console.print(table)
-        for line in summary_lines(preset, s):
+        for line in summary_lines(s):
             console.print(f"  {line}", highlight=False)
     console.print(CAVEAT, style="yellow", highlight=False)

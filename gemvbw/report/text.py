@@ -24,7 +24,7 @@ def label(item: KernelResult | KernelFailure, record: SweepRecord) -> str:
     """'w4', 'w4 i8' when the run mixes activation types (--act auto with unquantized widths), 'w4 ref' when
     several variants of a width are swept."""
     name = item.type
-    act = getattr(item, "act", None)
+    act = item.act  # "" for a failure before activations were chosen
     if act and len({a["act"] for choices in record.act_choice.values() for a in choices}) > 1:
         name += f" {act}"
     return f"{name} {item.variant}" if record.settings.get("kernel") == "all" else name
@@ -111,8 +111,9 @@ def comparison_rows(record: SweepRecord) -> list[list[str]]:
     rows = []
     for row in cmp.rows:
         M, K, bits, _, _, variant = row.key
-        before, now = row.eff_gbps[0], row.eff_gbps[-1]
-        ratio = row.ratios[-1]
+        before, now = row.eff_gbps  # --rerun: the file's run, then this one
+        _, ratio = row.ratios
+        # (".2F" would differ from ".2f" only for inf and nan, which a measured figure never is)
         rows.append([f"{M}x{K}", f"w{bits}", str(variant), fmt_opt(before, ".2f"), fmt_opt(now, ".2f"),
                      "-" if ratio is None else f"{ratio:.2f}x"])
     return rows
