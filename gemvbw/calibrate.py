@@ -84,8 +84,7 @@ def robust(samples: list[float]) -> Timing:
     return Timing(med, mad / med if med > 0 else 0.0)
 
 
-def measure(bits: int, act: str, qm=None, x=None, exclude: frozenset = frozenset(),
-            threads: int = 1) -> dict[str, Timing]:
+def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int) -> dict[str, Timing]:
     """Warm timings (us) on ``qm`` (default: a small matrix) of every variant that passes verification:
     interleaved rounds, so a busy moment of the machine hits every candidate, summed up by the median."""
     small = random_quantized(CALIB_M, CALIB_K, bits, 64 if qm is None else qm.block,

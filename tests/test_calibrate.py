@@ -164,3 +164,67 @@ def test_decide_takes_the_fastest_median_and_caches_only_a_clear_lead(timings, e
     from gemvbw.calibrate import Timing, decide
 
     assert decide({n: Timing(*t) for n, t in timings.items()}) == expected
+
+
+def test_measure_verifies_on_the_small_matrix_then_times_warm_rounds_within_the_budget(small_calibration,
+                                                                                       monkeypatch):
+    """measure() with its parts replaced: what each variant is verified on, how many calls a round gets from the
+    first call's time, that a failing or crashing variant is skipped (not the end), rounds rotated, no flush."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gemvbw.quant import random_activations, random_quantized
+
+    first_s = {"slow": 0.5, "mid": 0.004, "fast": 1e-12}
+    clock = iter([0.0, first_s["slow"], 10.0, 10.0 + first_s["mid"], 20.0, 20.0 + first_s["fast"]])
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: next(clock))
+    sessions = []
+
+    def spec(name):
+        def bind(qm):
+            return lambda x, y: None
+
+        return SimpleNamespace(variant=name, bind=bind,
+                               session=lambda threads: sessions.append((name, threads)) or contextlib.nullcontext())
+
+    specs = [spec(n) for n in ("wrong", "slow", "crash", "mid", "left out", "fast")]
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: specs if (bits, act) == (4, "i8") else [])
+    verified = []
+
+    def verify(s, qm, x):
+        verified.append((s.variant, qm, x))
+        if s.variant == "crash":
+            raise RuntimeError("the kernel crashed")
+        return SimpleNamespace(ok=s.variant != "wrong")
+
+    monkeypatch.setattr(calibrate, "verify", verify)
+    timed = []
+
+    def time_groups(call, iters, groups, flusher):
+        timed.append((iters, groups, flusher.flush_mib))
+        return SimpleNamespace(best_avg_us=float(len(timed)))
+
+    monkeypatch.setattr(calibrate, "time_groups", time_groups)
+    monkeypatch.setattr(calibrate, "CALIB_ITERS", 20)
+    qm = random_quantized(8, 128, 4, 32, 4, seed=1)
+    got = calibrate.measure(4, "i8", qm, np.ones(128, np.float32), exclude=frozenset({"left out"}), threads=3)
+
+    small = random_quantized(16, 256, 4, 32, 4, seed=99)  # CALIB_M x CALIB_K, the shape's block and metadata
+    assert [v for v, _, _ in verified] == ["wrong", "slow", "crash", "mid", "fast"]
+    for _, m, x in verified:
+        assert (m.M, m.K, m.block, m.meta_bytes) == (16, 256, 32, 4) and np.array_equal(m.codes, small.codes)
+        assert np.array_equal(x, random_activations(256, seed=99))
+    assert sorted(got) == ["fast", "mid", "slow"]
+    assert len(timed) == 3 * 7 and all(g == 1 and mib == 0 for _, g, mib in timed)  # one group, warm
+    # rotated rounds: round r starts at candidate r mod 3 of [slow, mid, fast]
+    order = ["slow", "mid", "fast"]
+    expected = [order[(r + i) % 3] for r in range(7) for i in range(3)]
+    # calls per round: BUDGET_S / CALIB_ROUNDS / the first call (0.5 / 7 / 0.004 s = 17), at least 1, at most
+    # CALIB_ITERS
+    iters = {"slow": 1, "mid": 17, "fast": 20}
+    assert [t[0] for t in timed] == [iters[n] for n in expected]
+    samples = {n: [float(i + 1) for i, e in enumerate(expected) if e == n] for n in order}
+    assert got == {n: calibrate.robust(samples[n]) for n in order}
+    assert sessions == [(n, 3) for n in expected]

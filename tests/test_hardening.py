@@ -27,13 +27,15 @@ def run(args, env=None):
 
 # --- result files ----------------------------------------------------------------------------------
 
-def test_a_new_result_file_gets_the_umask_permissions(tmp_path):
-    old = os.umask(0o027)
+@pytest.mark.parametrize("umask,mode", [(0o027, 0o640), (0o002, 0o664)])
+def test_a_new_result_file_gets_the_umask_permissions(tmp_path, umask, mode):
+    old = os.umask(umask)
     try:
         files.write_atomic(str(tmp_path / "r.json"), "{}")
+        assert os.umask(umask) == umask  # and the umask is left as it was
     finally:
         os.umask(old)
-    assert stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode) == 0o640  # 0666 less the umask, not mkstemp's 0600
+    assert stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode) == mode  # 0666 less the umask, not mkstemp's 0600
 
 
 def test_an_existing_file_keeps_its_mode_and_a_symlink_stays_a_link(tmp_path):
@@ -71,8 +73,95 @@ def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
     with pytest.raises(OSError) as info:
         files.write_atomic(str(path), '{"complete": false, "but trunc')
     assert info.value.filename == str(path) and info.value.errno == errno.ENOSPC
+    assert str(info.value) == f"[Errno {errno.ENOSPC}] No space left on device: {str(path)!r}"
     assert json.loads(path.read_text()) == {"complete": True}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_the_temporary_is_a_hidden_file_beside_the_result(tmp_path, monkeypatch):
+    """Beside it, so the rename is atomic (one file system); hidden and marked, so a listing or a glob of the
+    results never picks a half-written one; removed when the write is interrupted."""
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "r.json"
+    seen = []
+
+    def interrupted_fsync(fd):
+        seen.extend(p.name for p in path.parent.iterdir())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted_fsync)
+    with pytest.raises(KeyboardInterrupt):  # not turned into an OSError about the result file
+        files.write_atomic(str(path), "x")
+    assert len(seen) == 1 and seen[0].startswith(".gemvbw-") and seen[0].endswith(".tmp")
+    assert list(path.parent.iterdir()) == []
+
+
+def test_a_result_file_is_utf8_whatever_the_locale(tmp_path):
+    """Under a C locale with Python's UTF-8 mode off, open() would encode as ASCII: results, presets and
+    --rerun files are still written and read as UTF-8."""
+    script = (
+        "import sys; from gemvbw.report import files; from gemvbw import cli, models\n"
+        "path = sys.argv[1]\n"
+        "files.write_atomic(path, '{\"schema\": \"gemvbw.sweep/1\", \"settings\": {}, \"cpu\": \"caf' + chr(233) + '\"}')\n"
+        "print(ascii(cli.load_result(path, '--x')['cpu']))\n"
+        "print(ascii(models.load(sys.argv[2]).name))\n")
+    preset = tmp_path / "p.toml"
+    preset.write_bytes('name = "caf\u00e9"\nhidden_size = 1\nlayers = 1\n[[projection]]\nname = "p"\nM = 1\nK = 1\n'
+                       .encode())
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r.json"), str(preset)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["'caf\\xe9'", "'caf\\xe9'"]
+    assert (tmp_path / "r.json").read_bytes().endswith('"caf\u00e9"}'.encode("utf-8"))
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a FIFO", "a socket", "a device node"])
+def test_each_node_that_is_not_a_file_is_named(tmp_path, kind):
+    import socket
+
+    path = tmp_path / "node"
+    if kind == "a directory":
+        path.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+    else:
+        path = "/dev/null"
+    with pytest.raises(files.UnwritablePath) as info:
+        files.write_atomic(str(path), "x")
+    assert str(info.value) == (f"{str(path)!r} is {kind}, not a regular file: gemvbw writes its results atomically "
+                               "(a new file renamed over the old one), which would replace it; choose a file name")
+
+
+def test_the_write_probe_is_made_in_the_results_directory_and_removed(tmp_path, monkeypatch):
+    from gemvbw import settings as st
+
+    made = []
+    real = st.tempfile.mkstemp
+
+    def recording(**kw):
+        made.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(st.tempfile, "mkstemp", recording)
+    (tmp_path / "sub").mkdir()
+    st.check_writable(str(tmp_path / "sub" / "r.json"), "--json")
+    assert made == [{"dir": tmp_path / "sub", "prefix": ".gemvbw-probe-"}] and list((tmp_path / "sub").iterdir()) == []
+    monkeypatch.chdir(tmp_path / "sub")
+    st.check_writable("r.json", "--json")  # a bare file name: the current directory, as an absolute path
+    assert made[-1]["dir"] == tmp_path / "sub"
+
+    def refused(**kw):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(st.tempfile, "mkstemp", refused)
+    with pytest.raises(st.SettingsError) as info:
+        st.check_writable(str(tmp_path / "sub" / "r.json"), "--csv")
+    assert str(info.value) == (f"--csv: cannot write in {str(tmp_path / 'sub')!r} (Permission denied); "
+                               "choose a writable path")
 
 
 def test_the_same_file_for_two_outputs_is_refused(tmp_path):

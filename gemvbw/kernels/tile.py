@@ -33,11 +33,13 @@ from gemvbw.kernels import FINGERPRINT
 from gemvbw.kernels._common import FASTMATH, load_meta, row_chunks
 from gemvbw.kernels.activations import SUPPORTED_BLOCK, quantize_activations
 from gemvbw.kernels.isa import PRIMITIVES
-from gemvbw.kernels.isa.common import F16, F32, I8, I16, I32, const, load, off, ptr, splat, vec
+from gemvbw.kernels.isa.common import F16, F32, I8, I16, I32, const, load, off, prefetch, ptr, splat, vec
 from gemvbw.kernels.packed import _leftover_dot, _row_ref
 
 WIDTHS = (8, 4, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
+# bytes ahead in the tile stream to prefetch, per width (0: none); see benchmarks/RESULTS.md
+PREFETCH_AHEAD = {8: 0, 4: 0, 2: 0}
 
 
 def tile_tiers() -> list[str]:
@@ -60,24 +62,26 @@ def tile_bytes(bits: int, rows: int) -> int:
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class TileTag:
-    """Which tier and width a call of :func:`gemv_tiles` compiles for (its numba type carries both)."""
+    """Which tier and width a call of :func:`gemv_tiles` compiles for, and how far ahead it prefetches (its numba
+    type carries all three: a benchmark can compare distances in one process)."""
 
-    def __init__(self, tier: str, bits: int):
+    def __init__(self, tier: str, bits: int, ahead: int | None = None):
         if tier not in tile_tiers() or bits not in WIDTHS:
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}")
         self.tier, self.bits = tier, bits
+        self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
 
 
 class TileTagType(types.Type):
-    def __init__(self, tier: str, bits: int):
-        self.tier, self.bits = tier, bits
+    def __init__(self, tier: str, bits: int, ahead: int):
+        self.tier, self.bits, self.ahead = tier, bits, ahead
         self.rows = tile_rows(tier)
-        super().__init__(name=f"TileTag({tier},w{bits},{FINGERPRINT})")
+        super().__init__(name=f"TileTag({tier},w{bits},ahead {ahead},{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
-    return TileTagType(val.tier, val.bits)
+    return TileTagType(val.tier, val.bits, val.ahead)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -189,6 +193,8 @@ def _tile(typingctx, tag, pc, t, pm, xq, b, d, xs, acc):
         bv = context.cast(builder, bv, bty, types.intp)
         cofs = builder.mul(tv, ir.Constant(tv.type, tile_bytes(bits, rows)))
         aofs = builder.mul(bv, ir.Constant(bv.type, SUPPORTED_BLOCK))
+        if ttag.ahead:
+            prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), tile_bytes(bits, rows))
 
         P = 8 // bits
         nvec = SUPPORTED_BLOCK // (4 * P)
@@ -269,7 +275,7 @@ def gemv_tiles(tag, pc, pm, nfull, codes, scale, offset, x, block, y, chunks):
         y[r] = _row_ref(tag, codes, scale, offset, xdq, xs, block, r)
 
 
-def bind(tier: str, qm, chunks: int):
+def bind(tier: str, qm, chunks: int, ahead: int | None = None):
     """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only)."""
     from gemvbw.kernels import check_xy, compiled, typed_like
     from gemvbw.kernels.packed import _PACKED
@@ -283,7 +289,7 @@ def bind(tier: str, qm, chunks: int):
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
     pc, pm, nfull = copies[layout]
     x0, y0 = typed_like(qm)
-    head = (TileTag(tier, qm.bits), pc, pm, nfull, qm.codes, qm.scale_raw, qm.offset_raw)
+    head = (TileTag(tier, qm.bits, ahead), pc, pm, nfull, qm.codes, qm.scale_raw, qm.offset_raw)
     call = compiled(gemv_tiles, *head, x0, qm.block, y0, chunks)
     block = qm.block
 

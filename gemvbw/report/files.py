@@ -44,14 +44,14 @@ def _mode_for(real: str) -> int:
     try:
         return stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:
-        umask = os.umask(0)
+        umask = os.umask(0)  # the only way to read it: set any value, restore the one returned
         os.umask(umask)
         return 0o666 & ~umask
 
 
 def write_atomic(path: str, text: str) -> None:
     real = destination(path)
-    directory = os.path.dirname(real) or "."
+    directory = os.path.dirname(real)  # realpath is absolute: never empty
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gemvbw-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
