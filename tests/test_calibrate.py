@@ -108,7 +108,7 @@ def test_failing_variant_is_never_chosen(small_calibration):
 
     kernels.register(kernels.KernelSpec(2, "f32", "zero", "writes zeros", bind, priority=5))
     try:
-        timings = calibrate.measure(2, "f32")  # the real measurement: zero is the fastest, but fails
+        timings = calibrate.measure(2, "f32", None, None, frozenset(), 1)  # the real measurement: zero is the fastest, but fails
         assert set(timings) == {"ref", "rows4"}
         choice = calibrate.choose(2, "f32", 1)
         assert set(choice.timings_us) == {"ref", "rows4"} and choice.spec.variant in ("ref", "rows4")
