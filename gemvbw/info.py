@@ -122,7 +122,8 @@ def tier_lines(facts: dict) -> list[str]:
     lines = []
     if usable:
         names = [v for t in usable for v in t["variants"]]
-        tiles = [v for v in names if not v.startswith("packed-4x2-")]
+        # the tiles by their own preference (a tier's tile may rank other than the tier itself)
+        tiles = [t["variants"][0] for t in sorted(usable, key=lambda t: -t["tile_priority"]) if t["tile_priority"]]
         # the preferred of each kind first: a column-tile variant (w8 w4 w2) where a tier has one, then the
         # preferred tier's packed-4x2 (every width)
         first = tiles[:1] + [next(v for v in names if v.startswith("packed-4x2-"))]

@@ -39,8 +39,10 @@ class Tier:
     priority: int  # higher is preferred where no calibration says otherwise
     summary: str
     # rows of the column-tile variant, packed-<rows>c4-<name> (gemvbw.kernels.tile), 0 where the tier has none:
-    # it needs a dot product that adds into int32 lanes without saturating (VNNI)
+    # it needs a dot product that adds into int32 lanes without saturating (VNNI); and its preference, above
+    # every packed-4x2 variant (measured on Zen 4, see gemvbw.kernels.tile)
     tile_rows: int = 0
+    tile_priority: int = 0
 
     def needs(self) -> str:
         return " ".join(self.cpu_flags)
@@ -54,14 +56,15 @@ class Tier:
 TIERS: tuple[Tier, ...] = (
     Tier("avx512vnni", "x86_64", ("avx512_vnni", "avx512vl", "avx512bw", "f16c"),
          ("avx512vnni", "avx512vl", "avx512bw", "f16c"), 30,
-         "AVX-512 VNNI vpdpbusd on 256-bit registers (4 u8 x s8 products into each int32 lane)", tile_rows=8),
+         "AVX-512 VNNI vpdpbusd on 256-bit registers (4 u8 x s8 products into each int32 lane)", tile_rows=8,
+         tile_priority=40),
     Tier("avx512vnni-zmm", "x86_64", ("avx512_vnni", "avx512vl", "avx512bw", "f16c"),
          ("avx512vnni", "avx512vl", "avx512bw", "f16c"), 29,
          "AVX-512 VNNI vpdpbusd on 512-bit registers (two 256-bit layout vectors per instruction; w3 on 256-bit)",
-         tile_rows=16),
+         tile_rows=16, tile_priority=41),
     Tier("avxvnni", "x86_64", ("avx_vnni", "avx2", "f16c"), ("avxvnni", "avx2", "f16c"), 25,
          "AVX-VNNI vpdpbusd, VEX-encoded (4 u8 x s8 products into each int32 lane), for CPUs without AVX-512",
-         tile_rows=8),
+         tile_rows=8, tile_priority=35),
     Tier("avx2", "x86_64", ("avx2", "fma", "f16c"), ("avx2", "fma", "f16c"), 10,
          "AVX2 vpmaddubsw + vpmaddwd (u8 x s8 pairs into int16, then int32)"),
     Tier("neon-dotprod", "aarch64", ("asimd", "asimddp"), ("neon", "dotprod"), 20,
@@ -297,7 +300,7 @@ class Report:
                     "triple": self.target.triple, "cpu": self.target.cpu, "cpu_source": self.target.cpu_source,
                     "features_source": self.target.features_source},
                 "tiers": [{"name": s.tier.name, "usable": s.usable, "reason": s.reason, "summary": s.tier.summary,
-                           "variants": s.tier.variants()}
+                           "variants": s.tier.variants(), "tile_priority": s.tier.tile_priority}
                           for s in self.statuses],
                 "unsafe_target_features": list(self.unsafe), "unsafe_message": unsafe_target_message(self)}
 

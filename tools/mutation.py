@@ -5,11 +5,15 @@
     python tools/mutation.py 'gemvbw.metrics.*'   # one module (mutmut's mutant-name patterns)
     python tools/mutation.py --report-only        # the table of the last run, nothing rerun
     python tools/mutation.py --baseline ../old    # only what survived in another checkout's run, merged
+    python tools/mutation.py --resume             # go on: every mutant here not yet killed, fastest first
 
 Every module takes the time of its survivors (each runs every test that reaches it): on 2
 cores, minutes for metrics, an hour or more for all of them. --baseline makes a second run
 after new tests cheap: mutants already killed there stay killed (tests were added, not
-removed), and only the rest are run again here.
+removed), and only the rest are run again here. --resume does the same within one checkout:
+a run stopped early, or survivors after new tests, are run again (mutmut otherwise reruns
+every mutant a pattern names, killed or not, and none that has a result when given none);
+mutmut takes them fastest first, so a run stopped again has checked the most it could.
 
 Not part of CI. mutmut copies the package
 to mutants/ (ignored by git), and keeps each mutant's result there, so a second run only
@@ -105,11 +109,34 @@ def report(found: dict[str, dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def not_killed(patterns: list[str]) -> list[str]:
+    return [m for by in only(statuses(), patterns).values() for m, st in by.items() if st not in CAUGHT]
+
+
+def resume(patterns: list[str], max_children: int) -> int:
+    """Run every mutant here that is not killed yet, named, so mutmut reruns survivors too. Two passes: mutmut
+    regenerates the mutants of changed functions first (their numbering may change, so names taken before
+    can miss some), and the second pass takes whatever is still unchecked after it."""
+    for _ in range(2):
+        names = not_killed(patterns)
+        if not names:
+            break
+        if run_mutmut(names, max_children) != 0:
+            print("Error: mutmut failed (its output above says why); no score", file=sys.stderr)
+            return 1
+        if not [m for by in only(statuses(), patterns).values() for m, st in by.items() if st == "not checked"]:
+            break
+    print(report(only(statuses(), patterns)))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="*", help="mutant names or patterns, e.g. 'gemvbw.metrics.*'")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--report-only", action="store_true", help="print the last run's table, run nothing")
+    parser.add_argument("--resume", action="store_true",
+                        help="run only the mutants here that are not killed yet (survivors and unchecked ones)")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="run only the mutants not killed in CHECKOUT's mutants/, and report the two merged")
     args = parser.parse_args()
@@ -118,6 +145,11 @@ def main() -> int:
     except ImportError:
         print("Error: mutmut is not installed; pip install mutmut", file=sys.stderr)
         return 2
+    if args.resume and args.baseline:
+        print("Error: --resume and --baseline are two ways of choosing what to run; give one", file=sys.stderr)
+        return 2
+    if args.resume:
+        return resume(args.patterns, args.max_children)
     baseline = only(statuses(args.baseline), args.patterns) if args.baseline else None
     patterns = args.patterns
     if baseline is not None:

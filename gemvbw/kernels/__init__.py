@@ -181,12 +181,10 @@ def _describe(fn) -> str:
 #   (gemvbw.kernels.packed), every width, every tier;
 # - packed-<R>c4-<tier>: column tiles of R rows, four weights of a row per 32-bit lane against four
 #   activations broadcast (gemvbw.kernels.tile), w8 w4 w2 on the VNNI tiers.
-# The alias "packed" means the preferred one of them.
+# The alias "packed" means the preferred one of them: a column tile where the tier has one (each tier's
+# tile_priority, above every packed-4x2; measured, see gemvbw.kernels.tile).
 PACKED_PREFIX = "packed-4x2-"
 ALIASES = {"packed": "packed-"}
-# Preferred over packed-4x2 of the same tier where no calibration says otherwise. Measured, 4096x14336, cold,
-# one process, interleaved (benchmarks/RESULTS.md): see gemvbw.kernels.tile.
-TILE_PRIORITY = 10
 
 
 def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
@@ -228,7 +226,7 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 bits, "i8", f"packed-{rows}c4-{t.name}",
                 f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                 f"activations broadcast per instruction; {t.summary}",
-                _tile_binder(t.name), priority=t.priority + TILE_PRIORITY, activations=dequantized_activations,
+                _tile_binder(t.name), priority=t.tile_priority, activations=dequantized_activations,
                 blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows)) for bits in tile.WIDTHS]
     return specs
 
