@@ -137,7 +137,7 @@ def load(name_or_path: str) -> Preset:
         preset = Preset(
             name=str(doc["name"]), source=str(doc.get("source", "")), hidden_size=_whole(doc, "hidden_size", path),
             layers=_whole(doc, "layers", path), vocab_size=_whole(doc, "vocab_size", path, "", 0),
-            tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)), projections=projections,
+            tie_word_embeddings=bool(doc.get("tie_word_embeddings")), projections=projections,
             published_params=doc.get("published_params"),
             other_params_per_layer=_whole(doc, "other_params_per_layer", path, "", 0),
             other_params=_whole(doc, "other_params", path, "", 0), path=str(path),

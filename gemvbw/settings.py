@@ -59,7 +59,7 @@ class SettingsError(ValueError):
 
     def __init__(self, source: str, message: str):
         super().__init__(f"{source}: {message}")
-        self.source = source
+        self.source, self.message = source, message
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,7 @@ def parse_seconds(raw: str) -> float:
     except ValueError:
         value = math.nan  # refused below, with the same message as "nan"
     if not 0 <= value < math.inf:
+        # a flag's example (from_env=False; None would read the same)
         raise SettingsError("--max-seconds", f"{raw!r} is not a number of seconds >= 0; use e.g. {_example('max_seconds', False)}")
     return value
 

@@ -228,3 +228,50 @@ def test_measure_verifies_on_the_small_matrix_then_times_warm_rounds_within_the_
     samples = {n: [float(i + 1) for i, e in enumerate(expected) if e == n] for n in order}
     assert got == {n: calibrate.robust(samples[n]) for n in order}
     assert sessions == [(n, 3) for n in expected]
+
+
+def test_one_variant_or_an_emulated_cpu_is_chosen_without_measuring(small_calibration, monkeypatch):
+    from types import SimpleNamespace
+
+    from gemvbw import system
+
+    def no_measuring(*a, **k):
+        raise AssertionError("nothing is timed")
+
+    monkeypatch.setattr(calibrate, "measure", no_measuring)
+    one, two = SimpleNamespace(variant="one"), SimpleNamespace(variant="two")
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [one, two] if act == "i8" else [])
+    only = calibrate.choose(4, "i8", 1, exclude=frozenset({"one"}))
+    assert (only.spec, only.source, only.timings_us, only.spread) == (two, "only variant", {}, {})
+    with pytest.raises(calibrate.CalibrationFailed) as err:
+        calibrate.choose(4, "f32", 1)
+    assert str(err.value) == "no w4 f32 kernel is left to choose from"
+    monkeypatch.setattr(system, "describe_cpu", lambda: {"emulated": True})
+    emulated = calibrate.choose(4, "i8", 1)
+    assert (emulated.spec, emulated.source, emulated.timings_us) == (one, "preferred; not calibrated under emulation", {})
+    assert emulated.to_dict() == {"variant": "one", "source": "preferred; not calibrated under emulation",
+                                  "timings_us": {}, "spread": {}}
+
+
+def test_a_cached_choice_keeps_its_timings_and_spread(small_calibration, monkeypatch):
+    monkeypatch.setattr(calibrate, "measure", fixed({"ref": [20, 21, 19, 20, 20], "rows4": [10, 10, 11, 10, 9]}))
+    first = calibrate.choose(8, "f32", 1)
+    cached = calibrate.choose(8, "f32", 1)
+    assert cached.source == "cached" and cached.spec.variant == "rows4"
+    assert cached.timings_us == first.timings_us == {"ref": 20, "rows4": 10}
+    assert cached.spread == first.spread == {"ref": 0.0, "rows4": 0.0}
+    assert cached.to_dict() == {"variant": "rows4", "source": "cached", "timings_us": {"ref": 20, "rows4": 10},
+                                "spread": {"ref": 0.0, "rows4": 0.0}}
+
+
+def test_a_cache_file_that_is_not_a_mapping_is_measured_again(small_calibration, monkeypatch):
+    calibrate.cache_path().parent.mkdir(parents=True, exist_ok=True)
+    calibrate.cache_path().write_text("[1, 2]")
+    assert calibrate._load() == {}
+
+
+def test_spread_below_one_microsecond_and_a_lead_exactly_at_the_noise():
+    assert calibrate.robust([0.5, 0.5, 0.6]) == calibrate.Timing(0.5, 0.0)
+    assert calibrate.robust([0.4, 0.5, 0.7]) == calibrate.Timing(0.5, pytest.approx(0.2))
+    exact = {"a": calibrate.Timing(1.0, 0.25), "b": calibrate.Timing(1.5, 0.25)}  # lead 0.5 = the two spreads
+    assert calibrate.decide(exact) == ("a", False)  # not beyond the noise: used, not cached

@@ -380,11 +380,11 @@ def test_recorded_settings_become_flags(capsys):
 
     doc = {"settings": {"shapes": [[8, 64], [16, 128]], "bits": [4, 2], "block": 64, "threads": 2, "act": "i8",
                         "kernel": "auto", "max_seconds": 1.5, "compare_warm": False, "seed": None, "flush_mib": 0}}
-    assert settings_as_flags(doc) == {"shapes": ((8, 64), (16, 128)), "bits": "4,2", "block": 64, "threads": 2,
+    assert settings_as_flags(doc, "r.json") == {"shapes": ((8, 64), (16, 128)), "bits": "4,2", "block": 64, "threads": 2,
                                       "act": "i8", "kernel": "auto", "max_seconds": 1.5, "flush_mib": 0}
-    one = settings_as_flags({"settings": {"shapes": [[1, 1]], "compare_warm": True}})
+    one = settings_as_flags({"settings": {"shapes": [[1, 1]], "compare_warm": True}}, "r.json")
     assert one == {"shapes": None, "M": 1, "K": 1, "compare_warm": True}  # one shape: --M/--K, as typed
-    assert settings_as_flags({"settings": {"bits": ["8", 4]}}) == {"bits": "8,4"}
+    assert settings_as_flags({"settings": {"bits": ["8", 4]}}, "r.json") == {"bits": "8,4"}
 
 
 @pytest.mark.parametrize("settings,message", [

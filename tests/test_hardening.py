@@ -105,6 +105,8 @@ def test_a_result_file_is_utf8_whatever_the_locale(tmp_path):
         "files.write_atomic(path, '{\"schema\": \"gemvbw.sweep/1\", \"settings\": {}, \"cpu\": \"caf' + chr(233) + '\"}')\n"
         "print(ascii(cli.load_result(path, '--x')['cpu']))\n"
         "print(ascii(models.load(sys.argv[2]).name))\n")
+    from gemvbw import cli as gcli, models
+
     preset = tmp_path / "p.toml"
     preset.write_bytes('name = "caf\u00e9"\nhidden_size = 1\nlayers = 1\n[[projection]]\nname = "p"\nM = 1\nK = 1\n'
                        .encode())
@@ -114,6 +116,9 @@ def test_a_result_file_is_utf8_whatever_the_locale(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["'caf\\xe9'", "'caf\\xe9'"]
     assert (tmp_path / "r.json").read_bytes().endswith('"caf\u00e9"}'.encode("utf-8"))
+    # the same calls in this process too (mutation testing maps a test to the code it calls in-process only)
+    assert gcli.load_result(str(tmp_path / "r.json"), "--x")["cpu"] == "caf\u00e9"
+    assert models.load(str(preset)).name == "caf\u00e9"
 
 
 @pytest.mark.parametrize("kind", ["a directory", "a FIFO", "a socket", "a device node"])

@@ -310,7 +310,9 @@ def test_a_kernel_choice_without_timings_says_only_where_it_came_from():
 
 def test_the_progress_bar_counts_groups_and_names_the_last_one():
     rec = single_record()
-    rep = RichReporter(io.StringIO())
+    stream = io.StringIO()
+    rep = RichReporter(stream)
+    assert rep.console.file is stream  # the reporter prints where it was told
     rep.console = console(io.StringIO(), 132)
     assert rep.progress is None and rep.task is None
     rep.group_done("w8", 0, rec.results[0].measurement.groups[0])  # before start: nothing to advance, no error
@@ -377,4 +379,8 @@ def test_model_lines_at_the_bound_and_in_megabytes():
     s = models.token_summary(preset, 4, {(64, 64): (150_050_000, 3751.25, None)}, 40.0)
     assert gap_line(s) == "the kernels reach 100% of the bound (0.00 ms per token above it)"  # exactly at it
     assert summary_lines(s)[0] == "weight bytes per token: 150.1 MB (sum over projections x count per token)"
+    assert summary_lines(s)[2].startswith("bandwidth bound: 150.1 MB / 40.0 GB/s (read roofline) = 3.75 ms")
     assert markdown(preset, [s]).splitlines()[5].endswith("| -")  # no variant recorded: "-"
+    out = io.StringIO()
+    model_view.print_rich(console(out, 132), preset, [s])
+    assert next(l for l in out.getvalue().splitlines() if l.lstrip().startswith("p ")).rstrip().endswith(" -")

@@ -44,7 +44,7 @@ def _mode_for(real: str) -> int:
     try:
         return stat.S_IMODE(os.stat(real).st_mode)
     except FileNotFoundError:
-        umask = os.umask(0)  # the only way to read it: set any value, restore the one returned
+        umask = os.umask(0)  # the only way to read it: set any value (which one does not matter), restore it
         os.umask(umask)
         return 0o666 & ~umask
 

@@ -21,7 +21,7 @@ def mnn_text(record: SweepRecord) -> str:
 
     out = io.StringIO()
     rep = MnnReporter(out)
-    rep.start(record, 0)
+    rep.start(record, 0)  # (the group count is for a progress bar; this reporter has none)
     if record.roofline is not None:
         rep.roofline(record)
     for r in record.results:
@@ -40,7 +40,7 @@ STATS_RULE = "-----|---------|------------:|--------:|------:|----------:|------
 class MnnReporter:
     def __init__(self, stream: TextIO):
         self.stream = stream
-        self._table_open = False
+        self._table_open = False  # (None would read the same: only its truth is tested)
 
     def _print(self, line: str = "") -> None:
         self.stream.write(line + "\n")

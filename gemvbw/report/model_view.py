@@ -67,4 +67,6 @@ def print_rich(console, preset: Preset, summaries: list[TokenSummary]) -> None:
         console.print(table)
         for line in summary_lines(s):
             console.print(f"  {line}", highlight=False)
+    # (CAVEAT holds nothing rich would highlight, and rich reads style names in any case: mutants of this line
+    # print the same)
     console.print(CAVEAT, style="yellow", highlight=False)

@@ -110,7 +110,8 @@ class RichReporter:
                           f"{r.pct_read:.1f} {read_bar(r.pct_read)}", f"{r.gflops:.2f}", f"{r.ai:.2f}")
         for f in record.failures:
             shape = (f"{f.M}x{f.K}",) if multi else ()
-            table.add_row(*shape, f"[red]{label(f, record)}[/]", "", "[red]failed[/]")  # rich leaves the rest blank
+            # rich leaves the cells not given blank (and renders None as blank too)
+            table.add_row(*shape, f"[red]{label(f, record)}[/]", "", "[red]failed[/]")
         return table
 
     @staticmethod

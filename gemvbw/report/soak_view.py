@@ -30,11 +30,12 @@ class SoakView:
 
     def start(self, seconds: float, interval: float) -> None:
         if self.fmt == "rich":
-            self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=False)
+            # rich's defaults: four refreshes a second, the table left on screen when it stops
+            self.live = Live(self._table(), console=self.console)
             self.live.start()
         elif self.fmt == "text":
-            print(f"# soak for {seconds:.0f} s, windows of {interval:g} s", flush=True)
-            print("t_s | calls | mean us | eff GB/s | MHz | C", flush=True)
+            print(f"# soak for {seconds:.0f} s, windows of {interval:g} s")
+            print("t_s | calls | mean us | eff GB/s | MHz | C", flush=True)  # both lines reach a pipe now
 
     def _table(self) -> Table:
         table = Table(title="gemvbw soak", title_justify="left")
