@@ -275,3 +275,35 @@ def test_spread_below_one_microsecond_and_a_lead_exactly_at_the_noise():
     assert calibrate.robust([0.4, 0.5, 0.7]) == calibrate.Timing(0.5, pytest.approx(0.2))
     exact = {"a": calibrate.Timing(1.0, 0.25), "b": calibrate.Timing(1.5, 0.25)}  # lead 0.5 = the two spreads
     assert calibrate.decide(exact) == ("a", False)  # not beyond the noise: used, not cached
+
+
+def test_the_cache_file_holds_the_whole_choice(small_calibration, monkeypatch):
+    nested = small_calibration / "a" / "b"  # a cache directory that does not exist yet, two levels down
+    monkeypatch.setenv("GEMVBW_CACHE_DIR", str(nested))
+    seen = []
+
+    def measure(bits, act, qm, x, exclude, threads):
+        seen.append(threads)
+        return {"ref": calibrate.Timing(20.0, 0.123456), "rows4": calibrate.Timing(10.0, 0.0)}
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    got = calibrate.choose(8, "f32", 2)
+    assert seen == [2] and got.spread == {"ref": 0.1235, "rows4": 0.0}
+    text = (nested / "calibration.json").read_text()
+    key = calibrate.machine_key(8, "f32", 2, ())
+    assert json.loads(text) == {key: {"bits": 8, "act": "f32", "threads": 2, "variant": "rows4",
+                                      "timings_us": {"ref": 20.0, "rows4": 10.0}, "spread": {"ref": 0.1235, "rows4": 0.0},
+                                      "shape": [16, 256]}}
+    assert text.startswith('{\n "' + key + '": {\n  "bits": 8,')  # indented by one: a file a person can read
+
+
+def test_the_key_changes_with_the_cpu_and_the_variant_set(monkeypatch):
+    from types import SimpleNamespace
+
+    from gemvbw import system
+
+    base = calibrate.machine_key(4, "i8", 1)
+    monkeypatch.setattr(system, "describe_cpu", lambda: {"cpu": "another"})
+    other_cpu = calibrate.machine_key(4, "i8", 1)
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [SimpleNamespace(variant="only")])
+    assert len({base, other_cpu, calibrate.machine_key(4, "i8", 1)}) == 3
