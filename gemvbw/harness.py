@@ -163,7 +163,7 @@ def measure_call_overhead(threads: int, calls: int = 2000) -> CallOverhead:
     """An empty parallel call, called as the kernels are (compiled code, no numba dispatch)."""
     from gemvbw.kernels import compiled
 
-    out = np.zeros(max(threads, 1), dtype=np.int64)
+    out = np.zeros(max(threads, 1), dtype=np.int64)  # (its type and length only shape the trivial work)
     call = compiled(empty_parallel_call, out)
     call(out)
     clock = time.perf_counter_ns
@@ -175,7 +175,7 @@ def measure_call_overhead(threads: int, calls: int = 2000) -> CallOverhead:
     return CallOverhead(metrics.median(lat) / 1e3, min(lat) / 1e3, timer_resolution_ns())
 
 
-def timer_resolution_ns(samples: int = 1000) -> float:
+def timer_resolution_ns(samples: int = 1000) -> float:  # (any number of samples large enough would do)
     """The smallest non-zero step perf_counter_ns shows (the documented resolution is often 1 ns)."""
     clock = time.perf_counter_ns
     best = None

@@ -223,3 +223,79 @@ def test_measurement_statistics_by_hand():
     assert m.overall_sd_us == pytest.approx((((2 ** 2 + 0 + 1 + 1 + 1 + 3 ** 2) / 5) ** 0.5))
     assert m.groups[0].sd_us == pytest.approx(2 ** 0.5) and m.groups[1].sd_us == 0.0
     assert m.cv == pytest.approx(m.overall_sd_us / 3.0)
+
+
+def fake_measurement(robust_spread=0.0, cv=0.0, group_spread=0.0, stable=None, best_avg_us=100.0):
+    """What result_notes reads of a measurement, set directly: a threshold can be met exactly."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(robust_spread=robust_spread, cv=cv, group_spread=group_spread, stable=stable,
+                           best_avg_us=best_avg_us)
+
+
+def row_notes(m, eff=5.0, resident=1 << 40, llc=32 << 20, flush=64, **kw):
+    return {n.code: (n.message, n.advice) for n in result_notes(m, eff, OVERHEAD, RF, resident, llc, flush, **kw)}
+
+
+def test_row_notes_exactly_at_and_past_their_thresholds_say_what_they_measured():
+    assert row_notes(fake_measurement(robust_spread=0.10, group_spread=0.05)) == {}  # thresholds: not beyond
+    noisy = row_notes(fake_measurement(robust_spread=0.99, cv=0.99))["noisy"]
+    assert noisy == ("the bulk of the timed calls varies by 99% (1.4826 x median absolute deviation / median; "
+                     "threshold 10%; coefficient of variation 99%)",
+                     "close other programs, pin the run (taskset), or add --reps/--iters; the best group mean is "
+                     "less affected than the overall mean")
+    for stable, extra in ((None, ""), (False, " even after extra groups"), (True, "")):
+        groups = row_notes(fake_measurement(group_spread=0.99, stable=stable))["groups-disagree"]
+        assert groups == (f"group means differ by 99% (threshold 5%){extra}",
+                          "rerun, or let gemvbw add groups until they agree: --max-seconds 30")
+
+
+def test_above_the_read_roofline_names_the_likely_cause():
+    advice = "use a shape larger than the last-level cache, keep --flush-mib at least twice the LLC"
+    m = fake_measurement()
+    fits = row_notes(m, eff=12.34, resident=32 << 20)["above-read-roofline"]
+    assert fits == ("12.3 GB/s is more than 10% above the read roofline (10.0 GB/s): not a DRAM figure (the weights "
+                    "fit in the last-level cache and stayed there)", advice)
+    for resident, llc in (((32 << 20) + 1, 32 << 20), (1 << 20, None)):  # larger than the LLC, or no LLC known
+        other = row_notes(m, eff=12.34, resident=resident, llc=llc)["above-read-roofline"]
+        assert other[0].endswith("(cache residency, timer trouble, or a kernel that skips work)")
+
+
+def test_the_warm_cache_note_at_exactly_the_cache_size():
+    m = fake_measurement()
+    assert row_notes(m, resident=32 << 20, flush=0)["warm-cache"] == (
+        "weights and activations (32.0 MiB) fit in the last-level cache (32 MiB): the warm (no flush) figure is a "
+        "cache figure, not a DRAM one", "use the cold-cache figure (the default flush) for DRAM bandwidth")
+    assert "warm-cache" not in row_notes(m, resident=(32 << 20) + 1, flush=0)
+    assert "warm-cache" not in row_notes(m, resident=32 << 20)  # flushed, and no warm figure measured: none
+
+
+def test_run_notes_use_their_documented_defaults_and_say_them_whole():
+    def by_code(*args, **kw):
+        return {n.code: (n.message, n.advice) for n in run_notes(*args, **kw)}
+
+    assert by_code(32, 32 << 20, 2, 2)["flush-small"][0] == (
+        "the cache flush (32 MiB) is less than twice the last-level cache (32 MiB, from /sys): weights may still be "
+        "cached when timed")  # llc_source defaults to /sys
+    assert "block-exceeds-K" not in by_code(64, 32 << 20, 2, 2, K=64)  # block defaults to 64
+    assert "f32-activations" in by_code(64, 32 << 20, 2, 2, i8_available=True)  # act defaults to f32
+    assert by_code(64, 32 << 20, 2, 2, emulated="QEMU user mode")["emulated"] == (
+        "this process runs under emulation (QEMU user mode): the figures time the emulator, not a CPU",
+        "use such a run to check that the kernels verify; measure on the device itself")
+
+
+def test_call_overhead_and_timer_resolution_from_an_injected_clock(monkeypatch):
+    import itertools
+
+    from gemvbw import harness
+
+    # three timed calls of 3, 1 and 2 us; then a clock that steps by 7 ns (each step seen after one repeat)
+    head = [0, 3000, 10_000, 11_000, 20_000, 22_000]
+    tail = (30_000 + 7 * (i // 2) for i in itertools.count())
+    ticks = itertools.chain(head, tail)
+    monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(ticks))
+    got = harness.measure_call_overhead(threads=2, calls=3)
+    assert (got.median_us, got.min_us, got.timer_resolution_ns) == (2.0, 1.0, 7.0)
+    steps = iter([0, 0, 25, 100, 110, 200, 240])  # steps of 25, 10 and 40 ns: the smallest is the resolution
+    monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(steps))
+    assert harness.timer_resolution_ns(samples=3) == 10.0

@@ -60,3 +60,11 @@ def test_report_names_a_missing_attribute():
 
     with pytest.raises(AttributeError, match=r"^module 'gemvbw.report' has no attribute 'nope'$"):
         report.nope
+
+
+def test_spreads_of_all_zero_values_are_zero_not_a_division():
+    # a timer that read 0 ns for every call (too coarse for the call) gives zeros: no spread, not a crash
+    assert metrics.cv([0, 0, 0]) == 0.0
+    assert metrics.robust_spread([0, 0, 5]) == 0.0  # median 0
+    assert metrics.spread([0, 3]) == 0.0
+    assert metrics.spread([2, 3]) == 0.5 and metrics.robust_spread([1, 2, 4]) == pytest.approx(1.4826 * 1 / 2)
