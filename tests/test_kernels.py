@@ -229,6 +229,8 @@ def _unpacked_codes(qm):
 @pytest.mark.parametrize("bits", tile.WIDTHS)
 @pytest.mark.parametrize("meta_bytes", [2, 4])
 def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
+    if EMULATED:
+        pytest.skip("emulated: the column tiles are x86 kernels; their layout is checked where they run")
     # byte t of row r's lane in vector s of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p
     M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
