@@ -282,13 +282,13 @@ def test_model_json_per_width_is_exactly_the_recorded_text():
 def test_the_header_on_a_mixed_machine_without_known_speeds():
     from gemvbw.report.text import header_lines
 
-    system = SYSTEM | {"isa": [], "affinity": [0, 1, 4], "affinity_clusters": [0, 1, 7], "affinity_mixed": True,
+    system = SYSTEM | {"isa": [], "affinity": [0, 1, 4], "affinity_clusters": [0, 1, 2], "affinity_mixed": True,
                        "clusters": [{"cpus": [0, 1], "max_mhz": 3700.0}, {"cpus": [4, 5], "max_mhz": None}]}
     rec = SweepRecord(system, settings(cpus=[0, 1, 4], flush_mib=0), command=["gemvbw"],
                       created="2026-12-01T12:00:00+00:00", roofline=ROOFLINE, overhead=OVERHEAD, partial=False)
     assert header_lines(rec)[:2] == [
         "cpu: Example CPU 9000 (x86_64; none of interest)",
-        # a cluster index the machine does not list (7) is left out, not an error
+        # a cluster index the machine does not list (2: one past the last) is left out, not an error
         "cpus: CPUs 0-1,4 (pinned with --cpus) in cluster [0] CPUs 0-1, max 3700 MHz; [1] CPUs 4-5, max unknown"
         " -- MIXED core types",
     ]
