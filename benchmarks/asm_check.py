@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from gemvbw import kernels, tiers
-from gemvbw.kernels import packed, tile
+from gemvbw.kernels import packed, streams, tile
 from gemvbw.quant import random_activations, random_quantized
 
 ARM = platform.machine() in ("aarch64", "arm64")
@@ -54,14 +54,9 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     qm = random_quantized(64, 1024, bits=spec.bits, block=64, meta_bytes=2)
     x = random_activations(1024)
     y = np.zeros(64, np.float32)
-    if spec.layout is not None and spec.layout[0] == "4x2":
-        fn = packed.gemv_packed
-        args = packed.kernel_args(spec.tier, qm, x, y, 8)
-    elif spec.layout is not None and spec.layout[0] == "c4":
-        rows = spec.layout[1]
-        pc, pm, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, spec.bits, 1024, rows)
-        fn = tile.gemv_tiles
-        args = (tile.TileTag(spec.tier, spec.bits), pc, pm, nfull, qm.codes, qm.scale_raw, qm.offset_raw, x, 64, y, 8)
+    if spec.layout is not None:  # the int8 layouts share one skeleton
+        fn = streams.gemv_streams
+        args = (packed if spec.layout[0] == "4x2" else tile).kernel_args(spec.tier, qm, x, y, 8)
     else:
         from gemvbw.kernels import w2, w3, w4, w8
 

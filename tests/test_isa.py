@@ -171,15 +171,16 @@ def test_llvm_probe_tells_a_feature_the_target_has_from_one_it_lacks(tmp_path, m
 
 COMPILE_ONLY = textwrap.dedent("""
     import sys, numpy as np, numba
-    from gemvbw.kernels import packed, tile
+    from gemvbw.kernels import packed, streams, tile
     layout, tier, bits = sys.argv[1], sys.argv[2], int(sys.argv[3])
     a8, a16 = np.zeros(1, np.uint8), np.zeros(1, np.uint16)
     f32, i64 = np.zeros(1, np.float32), np.zeros(1, np.int64)
     meta = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
     if layout == "4x2":
-        fn, args = packed.gemv_packed, (packed.KernelTag(tier, bits), a8, a16, 1, i64, 16, *meta)
+        args = (packed.KernelTag(tier, bits), (a8, a16, 1, i64, 16), *meta)
     else:
-        fn, args = tile.gemv_tiles, (tile.TileTag(tier, bits), a8, a16, 1, *meta)
+        args = (tile.TileTag(tier, bits), (a8, a16, 1), *meta)
+    fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)
     fn.compile(sig)  # compiled for the CPU numba was told; never called
     asm = fn.inspect_asm(sig)

@@ -1,4 +1,4 @@
-"""The int8-activation kernels: one skeleton and each width's unpacking, written once for every tier.
+"""The row-chunk int8-activation kernels (packed-4x2): the layout and each width's unpacking, for every tier.
 
 A kernel runs on weights repacked once, when it is bound to a matrix (untimed, as MNN and
 llama.cpp repack a model when they load it), so that a group of four rows reads two
@@ -18,11 +18,9 @@ the last M % 4 rows are read from the matrix as stored, by the width's f32 loop.
 Per block pair and row group, one intrinsic (:func:`_block_pair`) unpacks the four rows'
 codes, takes the tier's integer dot products against the activations (quantized per block and
 permuted once per call, see gemvbw.kernels.activations), reduces them to eight int32 sums,
-and adds ``isum * scale * d + offset * d * sum(xq)`` to eight float accumulators. Each thread
-works on two row groups at once, one from each half of its rows: two streams keep more cache
-misses in flight than one stream of dense work (measured on Zen 4, 4096x14336 cold, one process,
-against a plain read of the same bytes: 1 thread w8 88 -> 95 %, w4 70 -> 82 %, w2 57 -> 68 %;
-2 threads w8 92 -> 97 %, w3 89 -> 94 %, w2 77 -> 83 %; three or four streams did no better).
+and adds ``isum * scale * d + offset * d * sum(xq)`` to eight float accumulators. The threads,
+their two streams of row groups and the leftovers are the skeleton shared with the column tiles
+(gemvbw.kernels.streams).
 
 The tier and width are compile-time parameters: the kernel's first argument is a
 :class:`KernelTag`, whose numba type carries them, so each (tier, width) compiles to its own
@@ -41,15 +39,11 @@ from numba import njit, prange, types
 from numba.extending import (NativeValue, intrinsic, models, overload, register_model, typeof_impl,
                              unbox)
 
-from gemvbw.kernels import FINGERPRINT
-from gemvbw.kernels import w2 as _w2
-from gemvbw.kernels import w3 as _w3
-from gemvbw.kernels import w4 as _w4
-from gemvbw.kernels import w8 as _w8
-from gemvbw.kernels._common import FASTMATH, ROWS, load_meta, row_chunks
-from gemvbw.kernels.activations import SUPPORTED_BLOCK, permuted_activations, quantize_activations
+from gemvbw.kernels import FINGERPRINT, streams
+from gemvbw.kernels._common import ROWS
+from gemvbw.kernels.activations import SUPPORTED_BLOCK, permuted_activations
 from gemvbw.kernels.isa import PRIMITIVES
-from gemvbw.kernels.isa.common import I8, I32, V8F, const, halves, load, meta8, off, prefetch, ptr, splat, vec
+from gemvbw.kernels.isa.common import I8, I32, V8F, const, halves, load, meta, off, prefetch, ptr, splat, vec
 
 # code bytes of one row's block pair (two blocks of 64)
 PAIR_BYTES = {8: 128, 4: 64, 3: 48, 2: 32}
@@ -58,7 +52,7 @@ PAIR_BYTES = {8: 128, 4: 64, 3: 48, 2: 32}
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class KernelTag:
-    """Which tier and width a call of :func:`gemv_packed` compiles for (its numba type carries both)."""
+    """Which tier and width a packed-4x2 kernel compiles for (its numba type carries both)."""
 
     def __init__(self, tier: str, bits: int):
         if tier not in PRIMITIVES or bits not in PAIR_BYTES:
@@ -336,8 +330,8 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
         # the factors are loaded after the reduction: loaded before it, LLVM's schedule had one more
         # instruction in the AVX2 loops
         mofs = builder.mul(kv, ir.Constant(kv.type, 16))
-        s = meta8(context, builder, pmty, pmv, mofs)
-        o = meta8(context, builder, pmty, pmv, off(builder, mofs, 8))
+        s = meta(context, builder, pmty, pmv, mofs)
+        o = meta(context, builder, pmty, pmv, off(builder, mofs, 8))
         bias = code_bias(prim, bits)
         if bias:  # codes multiplied as c - bias: sum(c x) = sum((c - bias) x) + bias sum(x)
             o = builder.fadd(o, builder.fmul(s, ir.Constant(V8F, [float(bias)] * 8)))
@@ -352,77 +346,47 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
     return sig, codegen
 
 
-# --- what is read as stored: the f32 loop of the width ---------------------------------------------
+# --- packed-4x2 on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
+# lay = (codes, metadata, block pairs, activation order, half a layout vector)
 
-_F32_LOOPS = {8: _w8, 4: _w4, 3: _w3, 2: _w2}
-
-
-def _leftover_dot(tag, row, x, b, block):  # pragma: no cover - replaced by the overload inside numba
-    raise NotImplementedError
+def _is_packed(tag):
+    return isinstance(tag, KernelTagType)
 
 
-@overload(_leftover_dot)
-def _leftover_dot_impl(tag, row, x, b, block):
-    dot_block = _F32_LOOPS[tag.bits]._dot_block
-    return lambda tag, row, x, b, block: dot_block(row, x, b, block)
+@overload(streams.group_rows)
+def _group_rows(tag):
+    if _is_packed(tag):
+        return lambda tag: ROWS
 
 
-def _row_ref(tag, codes, scale, offset, x, xsum, block, r):  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
+@overload(streams.acc_lanes)
+def _acc_lanes(tag):
+    if _is_packed(tag):
+        return lambda tag: 2 * ROWS  # [4 rows x block 2q | 4 rows x block 2q+1]
 
 
-@overload(_row_ref)
-def _row_ref_impl(tag, codes, scale, offset, x, xsum, block, r):
-    row_ref = _F32_LOOPS[tag.bits]._row_ref
-    return lambda tag, codes, scale, offset, x, xsum, block, r: row_ref(codes, scale, offset, x, xsum, block, r)
+@overload(streams.prepare)
+def _prepare(tag, lay, xq, d, xs):
+    if _is_packed(tag):
+        return lambda tag, lay, xq, d, xs: permuted_activations(xq, d, xs, lay[2], lay[3], lay[4])
 
 
-# --- the skeleton ---------------------------------------------------------------------------------
-
-@njit(cache=True, fastmath=FASTMATH)
-def _finish_group(tag, acc, g, npairs, codes, scale, offset, xdq, xs, block, y):
-    """A row group's eight sums [4 rows x block 2q | 4 rows x 2q+1] into y, plus the blocks left over."""
-    nb = scale.shape[1]
-    r = g * ROWS
-    for i in range(ROWS):
-        a = acc[i] + acc[4 + i]
-        for b in range(2 * npairs, nb):  # an odd last full block, a shorter last block
-            a += load_meta(scale, r + i, b) * _leftover_dot(tag, codes[r + i], xdq, b, block) \
-                + load_meta(offset, r + i, b) * xs[b]
-        y[r + i] = a
+@overload(streams.step)
+def _step(tag, lay, k, s, act, acc):
+    if _is_packed(tag):
+        return lambda tag, lay, k, s, act, acc: _block_pair(tag, lay[0], k, lay[1], act[0], s, act[1], act[2], acc)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def gemv_packed(tag, pc, pm, npairs, order, half, codes, scale, offset, x, block, y, chunks):
-    """int8 activations on the repacked layout: four rows per step, two blocks per intrinsic call, the
-    tier's integer dot products; each thread streams two row groups at once (one from each half of its
-    chunk), which keeps more cache misses in flight than one stream of dense work does. Blocks of 64 only."""
-    M = codes.shape[0]
-    nb = scale.shape[1]
-    xq, d, xs, xdq = quantize_activations(x, block, nb)
-    acts, dd, xss = permuted_activations(xq, d, xs, npairs, order, half)
-    groups = M // ROWS
-    nchunks, per = row_chunks(groups, chunks)
-    for c in prange(nchunks):
-        acc = np.zeros(8, np.float32)
-        acc2 = np.zeros(8, np.float32)
-        lo, hi = c * per, min(groups, (c + 1) * per)
-        h = (hi - lo + 1) // 2  # the second stream starts half-way through the chunk
-        for j in range(h):
-            g, g2 = lo + j, lo + h + j
-            acc[:] = 0
-            if g2 < hi:
-                acc2[:] = 0
-                for q in range(npairs):
-                    _block_pair(tag, pc, g * npairs + q, pm, acts, q, dd, xss, acc)
-                    _block_pair(tag, pc, g2 * npairs + q, pm, acts, q, dd, xss, acc2)
-                _finish_group(tag, acc2, g2, npairs, codes, scale, offset, xdq, xs, block, y)
-            else:  # an odd number of groups: the last one alone
-                for q in range(npairs):
-                    _block_pair(tag, pc, g * npairs + q, pm, acts, q, dd, xss, acc)
-            _finish_group(tag, acc, g, npairs, codes, scale, offset, xdq, xs, block, y)
-    for r in range(groups * ROWS, M):
-        y[r] = _row_ref(tag, codes, scale, offset, xdq, xs, block, r)
+@overload(streams.row_sum)
+def _row_sum(tag, acc, i):
+    if _is_packed(tag):
+        return lambda tag, acc, i: acc[i] + acc[ROWS + i]
+
+
+@overload(streams.first_leftover)
+def _first_leftover(tag, lay):
+    if _is_packed(tag):
+        return lambda tag, lay: 2 * lay[2]  # an odd last full block, a shorter last block
 
 
 # repacked copies, kept while their matrix lives, one per layout (a matrix's arrays are not changed once
@@ -431,7 +395,7 @@ _PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
-    """The arguments of :func:`gemv_packed` for ``qm`` on a tier (repacked now if not yet, untimed)."""
+    """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier (repacked now if not yet, untimed)."""
     if qm.block != SUPPORTED_BLOCK:
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     prim = PRIMITIVES[tier]
@@ -442,7 +406,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
     order = act_order(qm.bits, V, prim.compute_bytes(qm.bits) if hasattr(prim, "compute_bytes") else None)
-    return (KernelTag(tier, qm.bits), pc, pm, npairs, order, V // 2, qm.codes, qm.scale_raw, qm.offset_raw, x,
+    return (KernelTag(tier, qm.bits), (pc, pm, npairs, order, V // 2), qm.codes, qm.scale_raw, qm.offset_raw, x,
             qm.block, y, chunks)
 
 
@@ -451,8 +415,8 @@ def bind(tier: str, qm, chunks: int):
     from gemvbw.kernels import check_xy, compiled, typed_like
 
     args = kernel_args(tier, qm, *typed_like(qm), chunks)
-    call = compiled(gemv_packed, *args)
-    head, block = args[:9], args[10]
+    call = compiled(streams.gemv_streams, *args)
+    head, block = args[:5], args[6]
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         check_xy(x, y)

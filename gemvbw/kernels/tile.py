@@ -19,7 +19,8 @@ block, field p (bits*p .. bits*p + bits - 1) for p < P = 8 / bits: w8 one code p
 nibbles, w2 four 2-bit fields. The bytes are exactly those of the packed matrix, reordered; w3 stays
 on packed-4x2 (its high plane does not split into whole fields of a byte). Blocks shorter than 64
 (the last one when 64 does not divide K) and the last M % R rows are read as stored, by the width's
-f32 loop, as in packed-4x2.
+f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: two streams of row groups per
+thread).
 
 Measured on Zen 4 (AVX-512 VNNI), 4096x14336, cold, interleaved in one process with packed-4x2 and a plain
 read of the same bytes: 1 thread w8 1.27x, w4 1.13-1.27x, w2 1.19x faster than packed-4x2-avx512vnni-zmm;
@@ -35,12 +36,10 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import NativeValue, intrinsic, models, overload, register_model, typeof_impl, unbox
 
-from gemvbw.kernels import FINGERPRINT
-from gemvbw.kernels._common import FASTMATH, load_meta, row_chunks
-from gemvbw.kernels.activations import SUPPORTED_BLOCK, quantize_activations
+from gemvbw.kernels import FINGERPRINT, streams
+from gemvbw.kernels.activations import SUPPORTED_BLOCK
 from gemvbw.kernels.isa import PRIMITIVES
-from gemvbw.kernels.isa.common import F16, F32, I8, I16, I32, const, load, off, prefetch, ptr, splat, vec
-from gemvbw.kernels.packed import _leftover_dot, _row_ref
+from gemvbw.kernels.isa.common import F32, I8, I32, broadcast, const, load, meta, off, prefetch, ptr, splat, vec
 
 WIDTHS = (8, 4, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
@@ -71,7 +70,7 @@ def tile_bytes(bits: int, rows: int) -> int:
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class TileTag:
-    """Which tier and width a call of :func:`gemv_tiles` compiles for, and how far ahead it prefetches (its numba
+    """Which tier and width a column-tile kernel compiles for, and how far ahead it prefetches (its numba
     type carries all three: a benchmark can compare distances in one process)."""
 
     def __init__(self, tier: str, bits: int, ahead: int | None = None):
@@ -99,16 +98,6 @@ register_model(TileTagType)(models.OpaqueModel)
 @unbox(TileTagType)
 def _unbox_tag(typ, obj, c):
     return NativeValue(c.context.get_dummy_value())  # the type is the value
-
-
-def _rows(tag):  # pragma: no cover - replaced by the overload inside numba
-    raise NotImplementedError
-
-
-@overload(_rows)
-def _rows_impl(tag):
-    rows = tag.rows
-    return lambda tag: rows
 
 
 # --- layout ---------------------------------------------------------------------------------------
@@ -166,24 +155,7 @@ def _broadcast4(context, builder, arrty, arr, offset, nbytes: int):
     """Four int8 activations at arr[offset] as one i32 in every lane, as <nbytes x i8> (an embedded
     broadcast of vpdpbusd's memory operand, where LLVM folds it)."""
     word = builder.load(ptr(context, builder, arrty, arr, offset, I32), align=1)
-    lanes = vec(I32, nbytes // 4)
-    one = builder.insert_element(ir.Constant(lanes, ir.Undefined), word, const(0))
-    return builder.bitcast(builder.shuffle_vector(one, one, ir.Constant(lanes, [0] * lanes.count)), vec(I8, nbytes))
-
-
-def _meta(context, builder, mty, meta, mofs, rows: int):
-    """rows metadata values as <rows x float> (fp16 bits through fpext, or float32 as they are)."""
-    if mty.dtype == types.uint16:
-        raw = load(context, builder, mty, meta, mofs, vec(I16, rows))
-        return builder.fpext(builder.bitcast(raw, vec(F16, rows)), vec(F32, rows))
-    return load(context, builder, mty, meta, mofs, vec(F32, rows))
-
-
-def _scalar(context, builder, arrty, arr, index, rows: int):
-    v = builder.load(ptr(context, builder, arrty, arr, index, F32), align=4)
-    lanes = vec(F32, rows)
-    one = builder.insert_element(ir.Constant(lanes, ir.Undefined), v, const(0))
-    return builder.shuffle_vector(one, one, ir.Constant(vec(I32, rows), [0] * rows))
+    return builder.bitcast(broadcast(builder, word, vec(I32, nbytes // 4)), vec(I8, nbytes))
 
 
 @intrinsic
@@ -224,11 +196,11 @@ def _tile(typingctx, tag, pc, t, pm, xq, b, d, xs, acc):
             isum = part if isum is None else builder.add(isum, part)
 
         mofs = builder.mul(tv, ir.Constant(tv.type, 2 * rows))
-        s = _meta(context, builder, pmty, pmv, mofs, rows)
-        o = _meta(context, builder, pmty, pmv, off(builder, mofs, rows), rows)
-        dd = _scalar(context, builder, dty, dv, bv, rows)
-        xsum = _scalar(context, builder, xsty, xsv, bv, rows)
+        s = meta(context, builder, pmty, pmv, mofs, rows)
+        o = meta(context, builder, pmty, pmv, off(builder, mofs, rows), rows)
         lanes = vec(F32, rows)
+        dd = broadcast(builder, builder.load(ptr(context, builder, dty, dv, bv, F32), align=4), lanes)
+        xsum = broadcast(builder, builder.load(ptr(context, builder, xsty, xsv, bv, F32), align=4), lanes)
         total = builder.fadd(builder.fmul(builder.sitofp(isum, lanes), builder.fmul(s, dd)), builder.fmul(o, xsum))
         accp = ptr(context, builder, accty, accv, const(0, tv.type), lanes)
         builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
@@ -237,56 +209,54 @@ def _tile(typingctx, tag, pc, t, pm, xq, b, d, xs, acc):
     return sig, codegen
 
 
-# --- the skeleton ---------------------------------------------------------------------------------
+# --- column tiles on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
+# lay = (codes, metadata, full blocks)
 
-@njit(cache=True, fastmath=FASTMATH)
-def _finish(tag, acc, r0, nfull, codes, scale, offset, xdq, xs, block, y):
-    """A group's R sums into y, plus the short last block if any."""
-    nb = scale.shape[1]
-    for i in range(acc.shape[0]):
-        a = acc[i]
-        for b in range(nfull, nb):
-            a += load_meta(scale, r0 + i, b) * _leftover_dot(tag, codes[r0 + i], xdq, b, block) \
-                + load_meta(offset, r0 + i, b) * xs[b]
-        y[r0 + i] = a
+def _is_tile(tag):
+    return isinstance(tag, TileTagType)
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def gemv_tiles(tag, pc, pm, nfull, codes, scale, offset, x, block, y, chunks):
-    """int8 activations on column tiles: R rows per vector, a block of 64 per intrinsic call, four
-    activations broadcast per vpdpbusd; each thread streams two groups of R rows at once (one from each
-    half of its chunk), as packed-4x2 does. Blocks of 64 only."""
-    M = codes.shape[0]
-    nb = scale.shape[1]
-    R = _rows(tag)
-    xq, d, xs, xdq = quantize_activations(x, block, nb)
-    groups = M // R
-    nchunks, per = row_chunks(groups, chunks)
-    for c in prange(nchunks):
-        acc = np.zeros(R, np.float32)
-        acc2 = np.zeros(R, np.float32)
-        lo, hi = c * per, min(groups, (c + 1) * per)
-        h = (hi - lo + 1) // 2  # the second stream starts half-way through the chunk
-        for j in range(h):
-            g, g2 = lo + j, lo + h + j
-            acc[:] = 0
-            if g2 < hi:
-                acc2[:] = 0
-                for b in range(nfull):
-                    _tile(tag, pc, g * nfull + b, pm, xq, b, d, xs, acc)
-                    _tile(tag, pc, g2 * nfull + b, pm, xq, b, d, xs, acc2)
-                _finish(tag, acc2, g2 * R, nfull, codes, scale, offset, xdq, xs, block, y)
-            else:  # an odd number of groups: the last one alone
-                for b in range(nfull):
-                    _tile(tag, pc, g * nfull + b, pm, xq, b, d, xs, acc)
-            _finish(tag, acc, g * R, nfull, codes, scale, offset, xdq, xs, block, y)
-    for r in range(groups * R, M):
-        y[r] = _row_ref(tag, codes, scale, offset, xdq, xs, block, r)
+@overload(streams.group_rows)
+def _group_rows(tag):
+    if _is_tile(tag):
+        rows = tag.rows
+        return lambda tag: rows
 
 
-def bind(tier: str, qm, chunks: int, ahead: int | None = None):
-    """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only)."""
-    from gemvbw.kernels import check_xy, compiled, typed_like
+@overload(streams.acc_lanes)
+def _acc_lanes(tag):
+    if _is_tile(tag):
+        rows = tag.rows
+        return lambda tag: rows
+
+
+@overload(streams.prepare)
+def _prepare(tag, lay, xq, d, xs):
+    if _is_tile(tag):  # activations in their natural order
+        return lambda tag, lay, xq, d, xs: (xq, d, xs)
+
+
+@overload(streams.step)
+def _step(tag, lay, k, s, act, acc):
+    if _is_tile(tag):
+        return lambda tag, lay, k, s, act, acc: _tile(tag, lay[0], k, lay[1], act[0], s, act[1], act[2], acc)
+
+
+@overload(streams.row_sum)
+def _row_sum(tag, acc, i):
+    if _is_tile(tag):
+        return lambda tag, acc, i: acc[i]
+
+
+@overload(streams.first_leftover)
+def _first_leftover(tag, lay):
+    if _is_tile(tag):
+        return lambda tag, lay: lay[2]  # a shorter last block
+
+
+def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None) -> tuple:
+    """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
+    now if not yet, untimed; block 64 only)."""
     from gemvbw.kernels.packed import _PACKED
 
     if qm.block != SUPPORTED_BLOCK:
@@ -296,11 +266,17 @@ def bind(tier: str, qm, chunks: int, ahead: int | None = None):
     layout = ("c4", rows)
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
-    pc, pm, nfull = copies[layout]
-    x0, y0 = typed_like(qm)
-    head = (TileTag(tier, qm.bits, ahead), pc, pm, nfull, qm.codes, qm.scale_raw, qm.offset_raw)
-    call = compiled(gemv_tiles, *head, x0, qm.block, y0, chunks)
-    block = qm.block
+    return (TileTag(tier, qm.bits, ahead), copies[layout], qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y,
+            chunks)
+
+
+def bind(tier: str, qm, chunks: int, ahead: int | None = None):
+    """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only)."""
+    from gemvbw.kernels import check_xy, compiled, typed_like
+
+    args = kernel_args(tier, qm, *typed_like(qm), chunks, ahead)
+    call = compiled(streams.gemv_streams, *args)
+    head, block = args[:5], args[6]
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         check_xy(x, y)

@@ -42,6 +42,13 @@ def splat(vty, value):
     return ir.Constant(vty, [value] * vty.count)
 
 
+def broadcast(builder, value, vty):
+    """A value computed at run time in every lane of vty (LLVM folds a broadcast load into an instruction's
+    memory operand where the ISA has one, as AVX-512's {1to16})."""
+    one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, const(0))
+    return builder.shuffle_vector(one, one, ir.Constant(vec(I32, vty.count), [0] * vty.count))
+
+
 def const(value, ty=I32):
     return ir.Constant(ty, value)
 
@@ -72,10 +79,10 @@ def prefetch(context, builder, arrty, arr, offset, nbytes: int, locality: int = 
         builder.call(f, [p, const(0), const(locality), const(1)])
 
 
-def meta8(context, builder, mty, meta, mofs):
-    """Eight metadata values as <8 x float>: fp16 bits through fpext (vcvtph2ps on x86, fcvtl on aarch64),
+def meta(context, builder, mty, arr, mofs, lanes: int = 8):
+    """lanes metadata values as <lanes x float>: fp16 bits through fpext (vcvtph2ps on x86, fcvtl on aarch64),
     or float32 as they are."""
     if mty.dtype == types.uint16:
-        raw = load(context, builder, mty, meta, mofs, vec(I16, 8))
-        return builder.fpext(builder.bitcast(raw, vec(F16, 8)), V8F)
-    return load(context, builder, mty, meta, mofs, V8F)
+        raw = load(context, builder, mty, arr, mofs, vec(I16, lanes))
+        return builder.fpext(builder.bitcast(raw, vec(F16, lanes)), vec(F32, lanes))
+    return load(context, builder, mty, arr, mofs, vec(F32, lanes))
