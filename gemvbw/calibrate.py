@@ -3,12 +3,18 @@
 Which variant wins depends on the shape as well as the machine (a variant that
 shares work across four rows wins on long rows and can lose on short ones), so
 for each width and shape every registered variant is verified (on a small
-matrix) and timed warm on the shape itself, within a small time budget. The
-choice is stored in a JSON file under the user's cache directory, keyed by
-everything that could change it: CPU model and ISA flags, thread count,
-activation type, shape, block and metadata size, the versions of gemvbw, numba
-and llvmlite, the set of variants, a fingerprint of the kernels' sources and
-numba's compiler target.
+matrix) and timed on the shape itself, within a small time budget, under the
+run's own cache conditions: each call after the same flush the sweep times it
+with (cold by default; warm with --flush-mib 0), so the choice is made by the
+figure that is reported. A warm ranking can differ from the cold one: a matrix
+that fits in the last-level cache, or nearly fills it, is partly read from there
+between warm calls, and a variant that computes faster but streams DRAM worse
+wins warm. The choice is
+stored in a JSON file under the user's cache directory, keyed by everything
+that could change it: CPU model and ISA flags, thread count, activation type,
+shape, block and metadata size, the flush, the versions of gemvbw, numba and
+llvmlite, the set of variants, a fingerprint of the kernels' sources and numba's
+compiler target.
 """
 
 from __future__ import annotations
@@ -43,24 +49,25 @@ MARGIN = 0.03
 class Choice:
     spec: kernels.KernelSpec
     source: str  # "calibrated now", "cached", "only variant", "calibrated now; within noise, not cached", ...
-    timings_us: dict[str, float]  # median warm round mean per variant
+    timings_us: dict[str, float]  # median round mean per variant
     spread: dict[str, float] = field(default_factory=dict)  # its median absolute deviation / median
+    flush_mib: int = 0  # MiB read before each timed call of the calibration (0: warm)
 
     def to_dict(self) -> dict:
         return {"variant": self.spec.variant, "source": self.source, "timings_us": self.timings_us,
-                "spread": self.spread}
+                "spread": self.spread, "flush_mib": self.flush_mib}
 
 
 def cache_path() -> Path:
     return cache_dir() / "calibration.json"
 
 
-def machine_key(bits: int, act: str, threads: int, shape: tuple = ()) -> str:
+def machine_key(bits: int, act: str, threads: int, shape: tuple = (), flush_mib: int = 0) -> str:
     facts = system.describe_cpu()
     v = system.versions()
     names = ",".join(s.variant for s in kernels.variants(bits, act))
-    raw = json.dumps([facts, threads, act, bits, list(shape), v["gemvbw"], v["numba"], v["llvmlite"], names,
-                      kernels.FINGERPRINT, tiers.numba_target_key()], sort_keys=True)
+    raw = json.dumps([facts, threads, act, bits, list(shape), flush_mib, v["gemvbw"], v["numba"], v["llvmlite"],
+                      names, kernels.FINGERPRINT, tiers.numba_target_key()], sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -84,16 +91,18 @@ def robust(samples: list[float]) -> Timing:
     return Timing(med, mad / med if med > 0 else 0.0)
 
 
-def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int) -> dict[str, Timing]:
-    """Warm timings (us) on ``qm`` (default: a small matrix) of every variant that passes verification:
-    interleaved rounds, so a busy moment of the machine hits every candidate, summed up by the median."""
+def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int,
+            flusher: CacheFlusher | None = None) -> dict[str, Timing]:
+    """Timings (us) on ``qm`` (default: a small matrix) of every variant that passes verification, each call
+    after ``flusher``'s flush (none given: warm): interleaved rounds, so a busy moment of the machine hits every
+    candidate, summed up by the median. A round's calls are as many as the budget allows, flushes included."""
     small = random_quantized(CALIB_M, CALIB_K, bits, 64 if qm is None else qm.block,
                              2 if qm is None else qm.meta_bytes, seed=99)
     small_x = random_activations(CALIB_K, seed=99)
     if qm is None:
         qm, x = small, small_x
     y = np.empty(qm.M, dtype=np.float32)
-    warm = CacheFlusher(0)
+    conditions = CacheFlusher(0) if flusher is None else flusher
     runs, iters = {}, {}
     for spec in kernels.variants(bits, act):
         if spec.variant in exclude:
@@ -105,6 +114,7 @@ def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int) -> dic
             continue
         run = spec.bind(qm)
         t0 = time.perf_counter()
+        conditions.flush()
         run(x, y)  # also the warm-up
         first = time.perf_counter() - t0
         runs[spec.variant] = run
@@ -116,7 +126,7 @@ def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int) -> dic
         for name in names[r % len(names):] + names[:r % len(names)] if names else []:
             run = runs[name]
             with sessions[name].session(threads):
-                rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, warm).best_avg_us)
+                rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, conditions).best_avg_us)
     return {name: robust(samples) for name, samples in rounds.items()}
 
 
@@ -132,12 +142,12 @@ def decide(timings: dict[str, Timing]) -> tuple[str, bool]:
 
 
 def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool = False,
-           exclude: frozenset = frozenset()) -> Choice:
+           exclude: frozenset = frozenset(), flusher: CacheFlusher | None = None) -> Choice:
     """The variant --kernel auto runs for this width (and the shape of ``qm``): from the cache when this
-    machine and shape were calibrated (unless ``recalibrate``), else measured now on ``qm`` (a small matrix
-    when none is given). A choice whose lead is within the noise is used but not cached. ``exclude``:
-    variants not to consider (one that failed verification). Raises CalibrationFailed when no variant
-    passes verification."""
+    machine, shape and flush were calibrated (unless ``recalibrate``), else measured now on ``qm`` (a small
+    matrix when none is given), each call after ``flusher``'s flush (the run's own; none: warm). A choice
+    whose lead is within the noise is used but not cached. ``exclude``: variants not to consider (one that
+    failed verification). Raises CalibrationFailed when no variant passes verification."""
     found = [s for s in kernels.variants(bits, act) if s.variant not in exclude]
     if not found:
         raise CalibrationFailed(f"no w{bits} {act} kernel is left to choose from")
@@ -146,12 +156,13 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool
     if system.describe_cpu().get("emulated"):  # timing would rank the emulator's translations, not the CPU's
         return Choice(found[0], "preferred; not calibrated under emulation", {})
     shape = () if qm is None else (qm.M, qm.K, qm.block, qm.meta_bytes)
-    key = machine_key(bits, act, threads, shape)
+    flush_mib = 0 if flusher is None else flusher.flush_mib
+    key = machine_key(bits, act, threads, shape, flush_mib)
     entry = _load().get(key)
     if not recalibrate and isinstance(entry, dict) and entry.get("variant") in {s.variant for s in found}:
         return Choice(kernels.get(bits, act, entry["variant"]), "cached", entry.get("timings_us", {}),
-                      entry.get("spread", {}))
-    timings = measure(bits, act, qm, x, exclude, threads)
+                      entry.get("spread", {}), flush_mib)
+    timings = measure(bits, act, qm, x, exclude, threads, flusher)
     if not timings:
         raise CalibrationFailed(f"no w{bits} {act} variant passed verification during calibration")
     best, clear = decide(timings)
@@ -161,7 +172,7 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool
     if clear:
         doc = _load()
         doc[key] = {"bits": bits, "act": act, "threads": threads, "variant": best, "timings_us": medians,
-                    "spread": spreads, "shape": list(shape) or [CALIB_M, CALIB_K]}
+                    "spread": spreads, "shape": list(shape) or [CALIB_M, CALIB_K], "flush_mib": flush_mib}
         try:
             cache_path().parent.mkdir(parents=True, exist_ok=True)
             write_atomic(str(cache_path()), json.dumps(doc, indent=1))
@@ -169,7 +180,7 @@ def choose(bits: int, act: str, threads: int, qm=None, x=None, recalibrate: bool
             pass  # an unwritable cache only costs a new calibration next time
     else:
         source += "; lead within the noise, not cached"
-    return Choice(kernels.get(bits, act, best), source, medians, spreads)
+    return Choice(kernels.get(bits, act, best), source, medians, spreads, flush_mib)
 
 
 class CalibrationFailed(RuntimeError):

@@ -38,16 +38,17 @@ Exporter = Callable[[SweepRecord], None]
 
 
 def plan_width(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
-               x=None) -> list[tuple[str, list[kernels.KernelSpec]]]:
+               x=None, flusher: CacheFlusher | None = None) -> list[tuple[str, list[kernels.KernelSpec]]]:
     """What to measure for a width: per activation type (--act auto: int8 where a kernel exists for this
-    CPU and block, else f32), the variants; with --kernel auto, the one calibrated on this shape. The
-    choices and their reasons are recorded."""
+    CPU and block, else f32), the variants; with --kernel auto, the one calibrated on this shape, each call
+    after ``flusher``'s flush (the one the run times with). The choices and their reasons are recorded."""
     plan = []
     for act, _ in kernels.acts_for(bits, settings.block, settings.act, settings.kernel):
         if settings.kernel == "all":
             specs = kernels.variants(bits, act)
         elif settings.kernel == "auto":
-            choice = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate)
+            choice = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate,
+                                      flusher=flusher)
             if record is not None:
                 record.kernel_choice[choice_name(bits, settings, qm)] = choice.to_dict()
             specs = [choice.spec]
@@ -59,12 +60,6 @@ def plan_width(bits: int, settings: Settings, record: SweepRecord | None = None,
 
 def choice_name(bits: int, settings: Settings, qm=None) -> str:
     return f"w{bits}" if qm is None or len(settings.shape_list) == 1 else f"w{bits} {qm.M}x{qm.K}"
-
-
-def specs_for(bits: int, settings: Settings, record: SweepRecord | None = None, qm=None,
-              x=None) -> list[kernels.KernelSpec]:
-    """Every variant a width measures, whatever its activation type."""
-    return [spec for _, specs in plan_width(bits, settings, record, qm, x) for spec in specs]
 
 
 class Sweep:
@@ -121,7 +116,7 @@ class Sweep:
                 qm = random_quantized(M, K, bits, s.block, s.meta_bytes, seed=s.seed + bits)
                 exact = None
                 try:
-                    plan = plan_width(bits, s, rec, qm, x)
+                    plan = plan_width(bits, s, rec, qm, x, flusher)
                 except calibrate.CalibrationFailed as exc:  # a failed row, like a verification failure
                     self._fail(KernelFailure(bits, M, K, "auto", f"--kernel auto: {exc}"))
                     continue
@@ -152,7 +147,7 @@ class Sweep:
         s, rec = self.settings, self.record
         try:
             choice = calibrate.choose(qm.bits, act, s.threads, qm, x, recalibrate=True,
-                                      exclude=frozenset({failed.variant}))
+                                      exclude=frozenset({failed.variant}), flusher=flusher)
         except calibrate.CalibrationFailed:
             return
         name = choice_name(qm.bits, s, qm)

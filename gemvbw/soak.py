@@ -94,8 +94,10 @@ def soak(settings: Settings, seconds: float, interval: float,
     qm = random_quantized(settings.M, settings.K, bits, settings.block, settings.meta_bytes, seed=settings.seed + bits)
     x = random_activations(settings.K, settings.seed)
     act = kernels.acts_for(bits, settings.block, settings.act, settings.kernel)[0][0]
-    if settings.kernel == "auto":
-        spec = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate).spec
+    flusher = CacheFlusher(settings.flush_mib)
+    if settings.kernel == "auto":  # calibrated under the flush the soak runs with
+        spec = calibrate.choose(bits, act, settings.threads, qm, x, recalibrate=settings.recalibrate,
+                                flusher=flusher).spec
     else:
         spec = kernels.get(bits, act, settings.kernel)
     check = verify(spec, qm, x)
@@ -108,7 +110,6 @@ def soak(settings: Settings, seconds: float, interval: float,
     soak.record = record  # so that an interrupted caller can still report what was measured
     run = spec.bind(qm)
     y = np.empty(qm.M, dtype=np.float32)
-    flusher = CacheFlusher(settings.flush_mib)
     sampler = Sampler(record.system["affinity"])
     clock = time.perf_counter_ns
     run(x, y)

@@ -18,7 +18,7 @@ def small_calibration(monkeypatch, tmp_path):
 
 def fixed(timings):
     """A measure() that returns given round timings (us) instead of timing anything."""
-    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1):
+    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1, flusher=None):
         return {name: calibrate.robust(rounds) for name, rounds in timings.items() if name not in exclude}
     return measure
 
@@ -79,7 +79,7 @@ def test_choice_is_made_on_the_given_shape(small_calibration, monkeypatch):
 
     shapes = []
 
-    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1):
+    def measure(bits, act, qm=None, x=None, exclude=frozenset(), threads=1, flusher=None):
         shapes.append((qm.M, qm.K))
         return {"ref": calibrate.robust([20] * 5), "rows4": calibrate.robust([10] * 5)}
 
@@ -130,7 +130,7 @@ def test_a_cached_choice_that_now_fails_is_reported_and_replaced(small_calibrati
 
     kernels.register(kernels.KernelSpec(4, "f32", "broken", "writes zeros", bind, priority=5))
     try:
-        key = calibrate.machine_key(4, "f32", 1, (64, 256, 64, 2))
+        key = calibrate.machine_key(4, "f32", 1, (64, 256, 64, 2), 1)  # the run's shape and flush
         (small_calibration / "calibration.json").write_text(json.dumps({key: {"variant": "broken"}}))
         res = CliRunner().invoke(main, ["sweep", "--M", "64", "--K", "256", "--bits", "4", "--act", "f32", "--iters",
                                         "2", "--reps", "1", "--flush-mib", "1", "--threads", "1", "--format", "json"])
@@ -250,7 +250,7 @@ def test_one_variant_or_an_emulated_cpu_is_chosen_without_measuring(small_calibr
     emulated = calibrate.choose(4, "i8", 1)
     assert (emulated.spec, emulated.source, emulated.timings_us) == (one, "preferred; not calibrated under emulation", {})
     assert emulated.to_dict() == {"variant": "one", "source": "preferred; not calibrated under emulation",
-                                  "timings_us": {}, "spread": {}}
+                                  "timings_us": {}, "spread": {}, "flush_mib": 0}
 
 
 def test_a_cached_choice_keeps_its_timings_and_spread(small_calibration, monkeypatch):
@@ -261,7 +261,7 @@ def test_a_cached_choice_keeps_its_timings_and_spread(small_calibration, monkeyp
     assert cached.timings_us == first.timings_us == {"ref": 20, "rows4": 10}
     assert cached.spread == first.spread == {"ref": 0.0, "rows4": 0.0}
     assert cached.to_dict() == {"variant": "rows4", "source": "cached", "timings_us": {"ref": 20, "rows4": 10},
-                                "spread": {"ref": 0.0, "rows4": 0.0}}
+                                "spread": {"ref": 0.0, "rows4": 0.0}, "flush_mib": 0}
 
 
 def test_a_cache_file_that_is_not_a_mapping_is_measured_again(small_calibration, monkeypatch):
@@ -282,7 +282,7 @@ def test_the_cache_file_holds_the_whole_choice(small_calibration, monkeypatch):
     monkeypatch.setenv("GEMVBW_CACHE_DIR", str(nested))
     seen = []
 
-    def measure(bits, act, qm, x, exclude, threads):
+    def measure(bits, act, qm, x, exclude, threads, flusher):
         seen.append(threads)
         return {"ref": calibrate.Timing(20.0, 0.123456), "rows4": calibrate.Timing(10.0, 0.0)}
 
@@ -293,7 +293,7 @@ def test_the_cache_file_holds_the_whole_choice(small_calibration, monkeypatch):
     key = calibrate.machine_key(8, "f32", 2, ())
     assert json.loads(text) == {key: {"bits": 8, "act": "f32", "threads": 2, "variant": "rows4",
                                       "timings_us": {"ref": 20.0, "rows4": 10.0}, "spread": {"ref": 0.1235, "rows4": 0.0},
-                                      "shape": [16, 256]}}
+                                      "shape": [16, 256], "flush_mib": 0}}
     assert text.startswith('{\n "' + key + '": {\n  "bits": 8,')  # indented by one: a file a person can read
 
 
@@ -307,3 +307,82 @@ def test_the_key_changes_with_the_cpu_and_the_variant_set(monkeypatch):
     other_cpu = calibrate.machine_key(4, "i8", 1)
     monkeypatch.setattr(kernels, "variants", lambda bits, act: [SimpleNamespace(variant="only")])
     assert len({base, other_cpu, calibrate.machine_key(4, "i8", 1)}) == 3
+
+
+def test_the_choice_is_made_under_the_runs_flush_and_kept_apart_from_a_warm_one(small_calibration, monkeypatch):
+    """A cold run calibrates cold (each call after the run's own flush), and its choice is cached under a key of
+    its own: a warm run of the same shape does not take it, and the note says which it was."""
+    from types import SimpleNamespace
+
+    from gemvbw.report.text import note_lines
+
+    given = []
+    ranking = {8: {"ref": [10] * 5, "rows4": [20] * 5}, 0: {"ref": [20] * 5, "rows4": [10] * 5}}
+
+    def measure(bits, act, qm, x, exclude, threads, flusher):
+        given.append(flusher)
+        mib = 0 if flusher is None else flusher.flush_mib
+        return {n: calibrate.robust(r) for n, r in ranking[mib].items()}
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    cold_flush = SimpleNamespace(flush_mib=8)
+    cold = calibrate.choose(8, "f32", 1, flusher=cold_flush)
+    warm = calibrate.choose(8, "f32", 1)
+    assert given == [cold_flush, None]  # the run's flusher itself, not one of the calibration's own
+    assert (cold.spec.variant, cold.flush_mib, warm.spec.variant, warm.flush_mib) == ("ref", 8, "rows4", 0)
+    assert calibrate.machine_key(8, "f32", 1, (), 8) != calibrate.machine_key(8, "f32", 1, (), 0)
+    doc = json.loads(calibrate.cache_path().read_text())
+    assert sorted((e["variant"], e["flush_mib"]) for e in doc.values()) == [("ref", 8), ("rows4", 0)]
+    again = calibrate.choose(8, "f32", 1, flusher=cold_flush)
+    assert (again.source, again.spec.variant, again.flush_mib, len(given)) == ("cached", "ref", 8, 2)
+    record = SimpleNamespace(notes=[], results=[], kernel_choice={"w8": cold.to_dict(), "w4": warm.to_dict(),
+                                                                  "w2": {**warm.to_dict(), "flush_mib": None}})
+    record.kernel_choice["w2"].pop("flush_mib")  # a record written before calibration followed the flush
+    assert note_lines(record) == [
+        "--kernel auto chose ref for w8 (calibrated now; cold calibration on this shape (8 MiB flush before each "
+        "call): ref 10 us, rows4 20 us)",
+        "--kernel auto chose rows4 for w4 (calibrated now; warm calibration on this shape: rows4 10 us, ref 20 us)",
+        "--kernel auto chose rows4 for w2 (calibrated now; warm calibration on this shape: rows4 10 us, ref 20 us)",
+    ]
+
+
+def test_measure_flushes_before_every_call_and_counts_the_flush_in_the_budget(small_calibration, monkeypatch):
+    """With the run's flusher: the first call (which sets the calls per round) is timed with its flush, and every
+    round is timed under that same flusher."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gemvbw.quant import random_quantized
+
+    events = []
+
+    class Flusher:
+        flush_mib = 64
+
+        def flush(self):
+            events.append("flush")
+
+    flusher = Flusher()
+    # the first call's clock: 0 before the flush, 0.002 s after the call; a flush that were left out of it
+    # would make the call look free (iters at CALIB_ITERS)
+    clock = iter([0.0, 0.002])
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: next(clock))
+    spec = SimpleNamespace(variant="only", bind=lambda qm: lambda x, y: events.append("call"),
+                           session=lambda threads: contextlib.nullcontext())
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [spec])
+    monkeypatch.setattr(calibrate, "verify", lambda s, qm, x: SimpleNamespace(ok=True))
+    timed = []
+
+    def time_groups(call, iters, groups, used):
+        timed.append((iters, used))
+        return SimpleNamespace(best_avg_us=1.0)
+
+    monkeypatch.setattr(calibrate, "time_groups", time_groups)
+    monkeypatch.setattr(calibrate, "CALIB_ITERS", 100)
+    calibrate.measure(4, "f32", random_quantized(8, 128, 4, 32, 4, seed=1), np.ones(128, np.float32),
+                      frozenset(), 1, flusher)
+    assert events == ["flush", "call"]  # the first call, after its flush
+    # 0.5 s / 7 rounds / 0.002 s = 35 calls per round
+    assert timed == [(35, flusher)] * calibrate.CALIB_ROUNDS
