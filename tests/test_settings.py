@@ -1,8 +1,10 @@
 """Settings precedence (flag > MNN_GEMVBW_* > default) and every bad input."""
 
+from dataclasses import replace
+
 import pytest
 
-from gemvbw.settings import DEFAULTS, SettingsError, format_cpus, memory_needed, resolve
+from gemvbw.settings import DEFAULTS, Settings, SettingsError, format_cpus, memory_needed, resolve, weight_bytes
 
 CPUS = [0, 1]
 PLENTY = 1 << 40
@@ -169,3 +171,66 @@ def test_max_seconds_names_itself_and_an_example(raw):
         parse_seconds(raw)
     assert str(err.value) == f"--max-seconds: {raw!r} is not a number of seconds >= 0; use e.g. --max-seconds 30"
     assert parse_seconds(" 2.5 ") == 2.5 and parse_seconds("0") == 0.0
+
+
+def test_to_dict_is_every_setting_in_json_types():
+    s = Settings(M=8, K=64, bits=(4, 2), block=64, threads=2, iters=3, reps=1, flush_mib=0, meta_bytes=2, act="i8",
+                 kernel="auto", seed=5, cpus=(0, 3), shapes=((8, 64), (16, 128)), max_seconds=1.5, llc_mib=32)
+    d = s.to_dict()
+    assert d == {"M": 8, "K": 64, "bits": [4, 2], "block": 64, "threads": 2, "iters": 3, "reps": 1, "flush_mib": 0,
+                 "meta_bytes": 2, "act": "i8", "kernel": "auto", "seed": 5, "json_path": None, "csv_path": None,
+                 "compare_warm": False, "max_seconds": 1.5, "llc_mib": 32, "cpus": [0, 3],
+                 "shapes": [[8, 64], [16, 128]], "recalibrate": False, "thread_limit": None}
+    assert [type(d[k]) for k in ("bits", "cpus", "shapes")] == [list, list, list]  # lists, as JSON reads back
+    assert all(type(v) is list for v in d["shapes"])
+    assert replace(s, cpus=None).to_dict()["cpus"] is None
+    assert replace(s, shapes=()).to_dict()["shapes"] == [[8, 64]]  # the one shape (M, K), spelled out
+
+
+def test_weights_of_every_kind_are_counted_in_whole_bytes():
+    # float widths: their M*K values; packed widths: codes with the last block padded, plus fp16/fp32 metadata
+    assert weight_bytes(3, 5, 32, 64, 2) == 60 and type(weight_bytes(3, 5, 32, 64, 2)) is int
+    assert weight_bytes(3, 5, 16, 64, 2) == 30 and type(weight_bytes(3, 5, 16, 64, 2)) is int
+    # two rows of 100 codes in blocks of 64 and 36: w4 32 + 18 bytes a row; w3 24 + 15 (36 codes padded to 40);
+    # then a scale and an offset per row and block, of 2 or 4 bytes
+    assert weight_bytes(2, 100, 4, 64, 2) == 2 * 50 + 2 * 2 * 2 * 2 == 116
+    assert weight_bytes(2, 100, 4, 64, 4) == 2 * 50 + 2 * 2 * 2 * 4 == 132
+    assert weight_bytes(2, 100, 3, 64, 2) == 2 * 39 + 2 * 2 * 2 * 2 == 94
+
+
+def test_the_repacked_copies_are_counted_per_width(monkeypatch):
+    """Each width's own int8 layouts: w8 with three here, w4 with none (the f32 loops only), w2 with one."""
+    from types import SimpleNamespace
+
+    from gemvbw import kernels, settings as st
+
+    layouts = {8: [("4x2", 32, 0), ("4x2", 32, 128), ("c4", 16)], 4: [], 2: [("c4", 16), ("c4", 16)]}
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [SimpleNamespace(layout=la) for la in layouts[bits]]
+                        if act == "i8" else [])
+    assert [st.copies_held(b, 64, "auto") for b in (8, 4, 2)] == [4, 2, 2]
+    # the sweep's peak is set by the width with the most bytes held, not the most bytes stored: w8 by far here
+    s = make({"M": "4096", "K": "4096", "bits": "2,4,8"})
+    need, worst, shape = st.sweep_bytes(s)
+    w8 = st.weight_bytes(4096, 4096, 8, 64, 2)
+    assert (need, worst, shape) == (4 * w8 + 8 * (4096 + 4096) * 4 + (64 << 20) + st.VERIFY_BYTES, 8, (4096, 4096))
+    layouts[4] = [(f"layout {i}", i) for i in range(8)]  # nine copies of w4 outweigh four of w8
+    w4 = st.weight_bytes(4096, 4096, 4, 64, 2)
+    assert st.sweep_bytes(s)[:2] == (9 * w4 + 8 * (4096 + 4096) * 4 + (64 << 20) + st.VERIFY_BYTES, 4)
+
+
+@pytest.mark.parametrize("llc,advice", [(None, 64), (100 << 20, 200), (256 << 10, 1)])
+def test_each_memory_refusal_says_what_does_not_fit_and_what_would(monkeypatch, llc, advice):
+    from gemvbw import settings as st, system
+
+    monkeypatch.setattr(system, "last_level_cache_bytes", lambda: system.Unknown("test") if llc is None else llc)
+    with pytest.raises(SettingsError) as err:
+        make({"flush_mib": "4096"}, available=3 * 10**9)
+    assert (err.value.source, err.value.message) == (
+        "--flush-mib", f"a 4096 MiB flush buffer does not fit in the 3.0 GB available; use e.g. --flush-mib {advice}")
+    roofline = st.roofline_bytes(None if llc is None else llc)
+    with pytest.raises(SettingsError) as err:
+        make({"flush_mib": "1"}, available=roofline - 1)
+    assert (err.value.source, err.value.message) == (
+        "memory", f"the rooflines need {roofline / 1e9:.1f} GB at once but {(roofline - 1) / 1e9:.1f} GB is "
+                  "available; free memory first")
+    make({"M": "64", "K": "64", "flush_mib": "1"}, available=roofline)  # exactly enough: accepted
