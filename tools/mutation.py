@@ -37,13 +37,33 @@ ROOT = Path(__file__).resolve().parent.parent
 CAUGHT = {"killed", "timeout", "caught by type check"}
 
 
+# mutmut runs a mutant's tests in the order of a set (arbitrary), stopping at the first failure. Most mutants of
+# settings or cli are killed by a test of a millisecond but reached by a hundred, some of which run whole sweeps:
+# taken in arbitrary order, a mutant of resolve() cost about 20 s, 2.7 mutants a minute on 2 cores. Run fastest
+# first (by the durations mutmut recorded), the same tests decide the same verdict, sooner.
+FASTEST_FIRST = """
+import sys
+from mutmut.__main__ import cli
+from mutmut.runners.harness import PytestRunner
+from mutmut.state import state
+
+def run_tests(self, *, mutant_name, tests, _run=PytestRunner.run_tests):
+    durations = state().duration_by_test
+    return _run(self, mutant_name=mutant_name, tests=sorted(tests, key=lambda t: (durations.get(t, 0.0), t)))
+
+PytestRunner.run_tests = run_tests
+sys.argv[0] = "mutmut"
+sys.exit(cli())
+"""
+
+
 def run_mutmut(patterns: list[str], max_children: int) -> int:
     env = dict(os.environ)
     # numba's default threading layer here is GNU OpenMP, which raises SIGTERM in a child
     # forked after it started ("fork() called from a process already using GNU OpenMP"):
     # mutmut forks one child per mutant, so every such mutant would read as 'suspicious'.
     env["NUMBA_THREADING_LAYER"] = "workqueue"
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *patterns]
+    cmd = [sys.executable, "-c", FASTEST_FIRST, "run", "--max-children", str(max_children), *patterns]
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 
