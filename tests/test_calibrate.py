@@ -386,3 +386,20 @@ def test_measure_flushes_before_every_call_and_counts_the_flush_in_the_budget(sm
     assert events == ["flush", "call"]  # the first call, after its flush
     # 0.5 s / 7 rounds / 0.002 s = 35 calls per round
     assert timed == [(35, flusher)] * calibrate.CALIB_ROUNDS
+
+
+def test_soak_calibrates_under_its_own_flush(small_calibration, monkeypatch):
+    from gemvbw import soak
+    from gemvbw.settings import resolve
+
+    given = []
+
+    def choose(bits, act, threads, qm, x, recalibrate=False, flusher=None):
+        given.append((bits, act, threads, (qm.M, qm.K), flusher.flush_mib))
+        return calibrate.Choice(kernels.get(bits, act, "ref"), "test", {})
+
+    monkeypatch.setattr(calibrate, "choose", choose)
+    s = resolve({"M": "16", "K": "128", "bits": "4", "act": "f32", "threads": "1", "flush_mib": "3"}, environ={},
+                cpus=[0], available_bytes=1 << 40, defaults={"bits": (4,)})
+    record = soak.soak(s, 0.2, 0.1)
+    assert given == [(4, "f32", 1, (16, 128), 3)] and record.variant == "ref"
