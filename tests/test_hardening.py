@@ -116,9 +116,21 @@ def test_a_result_file_is_utf8_whatever_the_locale(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["'caf\\xe9'", "'caf\\xe9'"]
     assert (tmp_path / "r.json").read_bytes().endswith('"caf\u00e9"}'.encode("utf-8"))
-    # the same calls in this process too (mutation testing maps a test to the code it calls in-process only)
-    assert gcli.load_result(str(tmp_path / "r.json"), "--x")["cpu"] == "caf\u00e9"
-    assert models.load(str(preset)).name == "caf\u00e9"
+    # the same calls in this process too, under an ASCII C locale set here (mutation testing maps a test to the
+    # code it calls in-process only; open() without an encoding takes the locale's at the time of the call)
+    import locale
+
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        if sys.flags.utf8_mode:
+            pytest.skip("Python's UTF-8 mode is on: open() is UTF-8 whatever the locale")
+        files.write_atomic(str(tmp_path / "r2.json"), '{"schema": "gemvbw.sweep/1", "settings": {}, "cpu": "caf\u00e9"}')
+        assert gcli.load_result(str(tmp_path / "r2.json"), "--x")["cpu"] == "caf\u00e9"
+        assert models.load(str(preset)).name == "caf\u00e9"
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    assert (tmp_path / "r2.json").read_bytes().endswith('"caf\u00e9"}'.encode("utf-8"))
 
 
 @pytest.mark.parametrize("kind", ["a directory", "a FIFO", "a socket", "a device node"])
