@@ -161,6 +161,10 @@ def test_a_terminal_too_narrow_for_the_figures_says_so():
     check_golden("single_record.rich-56", narrow)
     assert ("The table needs 78 columns and this terminal has 56: its figures are cut short. Widen the terminal, "
             "or use --format mnn") in " ".join(narrow.replace("\n--", " --").split())
+    assert "The table needs" not in rich_text(single_record(), width=78)  # exactly as wide as the table: it fits
+    assert "The table needs 78 columns and this terminal has 77" in rich_text(single_record(), width=77)
+    # one colour for the whole warning: its numbers are not highlighted apart
+    assert "\x1b[33mThe table needs 78 columns and this terminal has 56" in rich_text(single_record(), True, 56)
 
 
 def test_the_figures_in_the_golden_record_are_the_formulas_by_hand():
@@ -384,3 +388,25 @@ def test_model_lines_at_the_bound_and_in_megabytes():
     out = io.StringIO()
     model_view.print_rich(console(out, 132), preset, [s])
     assert next(l for l in out.getvalue().splitlines() if l.lstrip().startswith("p ")).rstrip().endswith(" -")
+
+
+@pytest.mark.parametrize("fmt", ["rich", "mnn", "json", "csv"])
+def test_each_screen_reporter_writes_to_the_stream_it_was_given(fmt):
+    from gemvbw.report import screen_reporter
+
+    stream = io.StringIO()
+    reporter = screen_reporter(fmt, stream)
+    target = reporter.console.file if fmt == "rich" else reporter.stream
+    assert target is stream
+
+
+def test_a_model_row_without_a_variant_shows_a_dash():
+    preset = models.load("llama-3.2-1b")
+    measured = {shape: (metrics.logical_bytes(*shape, 4, 64, 2), 100.0) for shape in preset.shapes}  # no variant
+    summary = models.token_summary(preset, 4, measured, 40.0)
+    out = io.StringIO()
+    model_view.print_rich(console(out, 132), preset, [summary])
+    rows = [line.split() for line in out.getvalue().splitlines() if line.split()[:1] == [preset.projections[0].name]]
+    assert rows and all(r[-1] == "-" for r in rows)
+    md = [line for line in model_view.markdown(preset, [summary]).splitlines() if " | 100.0 | " in line]
+    assert len(md) == len(preset.projections) and all(line.endswith(" | -") for line in md)

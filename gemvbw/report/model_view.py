@@ -58,6 +58,7 @@ def print_rich(console, preset: Preset, summaries: list[TokenSummary]) -> None:
     for s in summaries:
         table = Table(title=f"w{s.bits}: per projection", title_justify="left", box=box.SIMPLE_HEAD,
                       padding=(0, 0, 0, 1), pad_edge=False)
+        # (rich renders any justify it does not know as "left", and pad_edge=None as False: equivalent mutants)
         for col in ("projection", "shape", "per tok", "W MiB", "us/call", "eff GB/s", "%read", "share", "variant"):
             table.add_column(col, justify="left" if col == "projection" else "right")
         for r in s.rows:

@@ -68,6 +68,7 @@ class RichReporter:
             self.progress = None  # (any value: nothing reads it after the run)
         if record.results or record.failures:
             figures = self._figures(record)
+            # measured on a width no table reaches (any such width gives the same figure)
             needed = self.console.measure(figures, options=self.console.options.update_width(1 << 16)).maximum
             if needed > self.console.width:  # rich would cut every cell short ("1845…"): say so, and what shows all
                 self.console.print(f"[yellow]The table needs {needed} columns and this terminal has "
