@@ -377,13 +377,15 @@ def test_measure_flushes_before_every_call_and_counts_the_flush_in_the_budget(sm
 
     def time_groups(call, iters, groups, used):
         timed.append((iters, used))
+        call()  # what is timed is the variant's own call
         return SimpleNamespace(best_avg_us=1.0)
 
     monkeypatch.setattr(calibrate, "time_groups", time_groups)
     monkeypatch.setattr(calibrate, "CALIB_ITERS", 100)
     calibrate.measure(4, "f32", random_quantized(8, 128, 4, 32, 4, seed=1), np.ones(128, np.float32),
                       frozenset(), 1, flusher)
-    assert events == ["flush", "call"]  # the first call, after its flush
+    assert events == ["flush", "call"] + ["call"] * calibrate.CALIB_ROUNDS  # the first call after its flush, then
+    # each round's (the fake time_groups calls once and does not flush)
     # 0.5 s / 7 rounds / 0.002 s = 35 calls per round
     assert timed == [(35, flusher)] * calibrate.CALIB_ROUNDS
 
@@ -403,3 +405,10 @@ def test_soak_calibrates_under_its_own_flush(small_calibration, monkeypatch):
                 cpus=[0], available_bytes=1 << 40, defaults={"bits": (4,)})
     record = soak.soak(s, 0.2, 0.1)
     assert given == [(4, "f32", 1, (16, 128), 3)] and record.variant == "ref"
+
+
+def test_a_cached_entry_with_only_its_variant_is_used_as_it_is(small_calibration):
+    key = calibrate.machine_key(8, "f32", 1, ())
+    calibrate.cache_path().write_text(json.dumps({key: {"variant": "rows4"}}))  # an older or hand-made entry
+    got = calibrate.choose(8, "f32", 1)
+    assert (got.spec.variant, got.source, got.timings_us, got.spread, got.flush_mib) == ("rows4", "cached", {}, {}, 0)
