@@ -236,12 +236,13 @@ TILE_FOREIGN = {
 }
 
 
+@pytest.mark.parametrize("bits", [4, 3])  # one plane, and w3's two
 @pytest.mark.parametrize("tier", sorted(TILE_FOREIGN))
-def test_column_tiles_compile_to_broadcast_dot_products(tier, tmp_path):
+def test_column_tiles_compile_to_broadcast_dot_products(tier, bits, tmp_path):
     if ARCH != "x86_64":
         pytest.skip(f"{tier} is an x86_64 tier; numba here targets {ARCH} only")
     cpu, present, absent = TILE_FOREIGN[tier]
-    _compiled_for(cpu, "c4", tier, 4, present, absent, tmp_path)
+    _compiled_for(cpu, "c4", tier, bits, present, absent, tmp_path)
 
 
 def test_sweep_refuses_a_numba_target_this_cpu_cannot_run(tmp_path):

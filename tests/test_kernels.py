@@ -220,6 +220,9 @@ def _unpacked_codes(qm):
                 out[r, k] = qm.codes[r, k]
             elif qm.bits == 4:  # byte j of a block: codes j and j + 32
                 out[r, k] = (qm.codes[r, b * 32 + j % 32] >> (4 * (j // 32))) & 15
+            elif qm.bits == 3:  # w2's 16 bytes for the low two bits, then 8 bytes: byte j holds j + 8p's high bit at p
+                low = (qm.codes[r, b * 24 + j % 16] >> (2 * (j // 16))) & 3
+                out[r, k] = low | ((qm.codes[r, b * 24 + 16 + j % 8] >> (j // 8)) & 1) << 2
             else:  # w2, byte j: codes j + 16p at bits 2p
                 out[r, k] = (qm.codes[r, b * 16 + j % 16] >> (2 * (j // 16))) & 3
     return out
@@ -231,22 +234,29 @@ def _unpacked_codes(qm):
 def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
     if EMULATED:
         pytest.skip("emulated: the column tiles are x86 kernels; their layout is checked where they run")
-    # byte t of row r's lane in vector s of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p
+    # plane by plane (w3: its low two bits, then its high bit; the others: the whole code), byte t of row r's lane
+    # in vector s of a plane of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p of width w = 8 / P
     M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
     pc, pm, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows)
     codes = _unpacked_codes(qm)
-    P, size = 8 // bits, tile.tile_bytes(bits, rows)
+    size = tile.tile_bytes(bits, rows)
     assert nfull == 3 and pc.size == 2 * 3 * size == 2 * rows * 3 * 64 * bits // 8
+    layout = [(2, 0), (1, 2)] if bits == 3 else [(bits, 0)]  # (field width, the code bit it starts at)
     for g in range(2):
         for b in range(3):
             t = g * 3 + b
-            for s in range(64 // (4 * P)):
-                for r in range(rows):
-                    for j in range(4):
-                        want = sum(int(codes[g * rows + r, 64 * b + 4 * (P * s + p) + j]) << (bits * p)
-                                   for p in range(P))
-                        assert pc[t * size + (s * rows + r) * 4 + j] == want, (g, b, s, r, j)
+            base = t * size
+            for w, start in layout:
+                P = 8 // w
+                for s in range(64 // (4 * P)):
+                    for r in range(rows):
+                        for j in range(4):
+                            want = sum(((int(codes[g * rows + r, 64 * b + 4 * (P * s + p) + j]) >> start)
+                                        & ((1 << w) - 1)) << (w * p) for p in range(P))
+                            assert pc[base + (s * rows + r) * 4 + j] == want, (g, b, w, s, r, j)
+                base += rows * 64 * w // 8
+            assert base == (t + 1) * size
             assert np.array_equal(pm[t * 2 * rows:t * 2 * rows + rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
             assert np.array_equal(pm[t * 2 * rows + rows:(t + 1) * 2 * rows],
                                   qm.offset_raw[g * rows:(g + 1) * rows, b])

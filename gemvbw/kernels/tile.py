@@ -14,10 +14,12 @@ same way). Against the row-chunk layout of :mod:`gemvbw.kernels.packed`:
   of a byte is masked in place (a multiple of 2**(bits*p)) and its accumulator shifted back once
   per tile, exactly.
 
-Byte t of row r's lane in vector s of a tile holds the codes of weights 4*(P*s + p) + t of the
-block, field p (bits*p .. bits*p + bits - 1) for p < P = 8 / bits: w8 one code per byte, w4 two
-nibbles, w2 four 2-bit fields. The bytes are exactly those of the packed matrix, reordered; w3 stays
-on packed-4x2 (its high plane does not split into whole fields of a byte). Blocks shorter than 64
+A tile stores its codes as bit planes (:func:`planes`): w8, w4 and w2 one plane of whole codes, w3 two (its
+low two bits as w2 stores them, then its high bit, eight 1-bit fields to a byte, their sums added in
+four times over). Byte t of row r's lane in vector s of a plane holds the bits of weights 4*(P*s + p) + t
+of the block, field p (w*p .. w*p + w - 1) for p < P = 8 / w, w the plane's field width: w8 one code per
+byte, w4 two nibbles, w2 four 2-bit fields, w3 four 2-bit fields then eight high bits. The bytes are
+exactly those of the packed matrix, reordered. Blocks shorter than 64
 (the last one when 64 does not divide K) and the last M % R rows are read as stored, by the width's
 f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: two streams of row groups per
 thread).
@@ -41,13 +43,13 @@ from gemvbw.kernels.activations import SUPPORTED_BLOCK
 from gemvbw.kernels.isa import PRIMITIVES
 from gemvbw.kernels.isa.common import F32, I8, I32, broadcast, const, load, meta, off, prefetch, ptr, splat, vec
 
-WIDTHS = (8, 4, 2)
+WIDTHS = (8, 4, 3, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
 # bytes ahead in the tile stream to prefetch, per width (0: none). Measured on Zen 4, 4096x14336, cold, interleaved
 # against ahead=0: at 2 threads every distance from 512 B to 4 KiB was slower (w4 98 -> 80-81 % of a plain read,
 # w2 93 -> 81-90 %); at 1 thread w2 gained (87 -> 90-96 %) and w4 lost. So none: a distance chosen by thread
 # count was not built.
-PREFETCH_AHEAD = {8: 0, 4: 0, 2: 0}
+PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 
 
 def tile_tiers() -> list[str]:
@@ -65,6 +67,12 @@ def tile_rows(tier: str) -> int:
 
 def tile_bytes(bits: int, rows: int) -> int:
     return rows * SUPPORTED_BLOCK * bits // 8
+
+
+def planes(bits: int) -> tuple[tuple[int, int], ...]:
+    """(field width, the code bit it starts at) of each bit plane a tile stores, in order: one plane of the
+    whole code for w8, w4 and w2; w3's two bits below its third as one plane, its high bit as another."""
+    return ((2, 0), (1, 2)) if bits == 3 else ((bits, 0),)
 
 
 # --- the compile-time tag -------------------------------------------------------------------------
@@ -110,29 +118,37 @@ def _stored_code(row, b, k, bits):
     if bits == 4:  # byte j holds codes j and j + 32
         v = np.int64(row[b * 32 + k % 32])
         return v & 15 if k < 32 else v >> 4
+    if bits == 3:  # 16 bytes as w2's (the low two bits), then 8 of high bits: byte j holds j + 8p at bit p
+        low = (np.int64(row[b * 24 + k % 16]) >> (2 * (k // 16))) & 3
+        return low | ((np.int64(row[b * 24 + 16 + k % 8]) >> (k // 8)) & 1) << 2
     return (np.int64(row[b * 16 + k % 16]) >> (2 * (k // 16))) & 3  # w2: byte j holds j + 16p at bits 2p
 
 
 @njit(parallel=True, cache=True)
-def repack(codes, scale, offset, bits, rows, nfull, pc, pm):
+def repack(codes, scale, offset, bits, widths, starts, rows, nfull, pc, pm):
     """Fill pc and pm with the tiles of the first nfull blocks, tile (group g, block b) at g * nfull + b:
-    its codes (vector s, lane r, byte t: the P fields of weights 4*(P*s + p) + t), then its rows' scales
-    and offsets [rows x scale | rows x offset] in their stored type."""
+    its codes, plane after plane (field width widths[i], from code bit starts[i]; vector s of a plane, lane r,
+    byte t: its P = 8 / width fields of weights 4*(P*s + p) + t), then its rows' scales and offsets
+    [rows x scale | rows x offset] in their stored type."""
     groups = codes.shape[0] // rows
-    P = 8 // bits
     size = rows * 64 * bits // 8
-    nvec = 64 // (4 * P)
     for g in prange(groups):
         for b in range(nfull):
             t = g * nfull + b
-            for s in range(nvec):
-                for r in range(rows):
-                    row = codes[g * rows + r]
-                    for j in range(4):
-                        v = np.int64(0)
-                        for p in range(P):
-                            v |= _stored_code(row, b, 4 * (P * s + p) + j, bits) << (bits * p)
-                        pc[t * size + (s * rows + r) * 4 + j] = v
+            base = t * size
+            for i in range(widths.shape[0]):
+                width, start = widths[i], starts[i]
+                P = 8 // width
+                for s in range(64 // (4 * P)):
+                    for r in range(rows):
+                        row = codes[g * rows + r]
+                        for j in range(4):
+                            v = np.int64(0)
+                            for p in range(P):
+                                field = (_stored_code(row, b, 4 * (P * s + p) + j, bits) >> start) & ((1 << width) - 1)
+                                v |= field << (width * p)
+                            pc[base + (s * rows + r) * 4 + j] = v
+                base += rows * 64 * width // 8
             for r in range(rows):
                 pm[t * 2 * rows + r] = scale[g * rows + r, b]
                 pm[t * 2 * rows + rows + r] = offset[g * rows + r, b]
@@ -145,7 +161,9 @@ def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K:
     # numpy's allocation, for its transparent huge pages (see gemvbw.kernels.packed.pack)
     pc = np.empty(groups * nfull * tile_bytes(bits, rows), np.uint8)
     pm = np.empty(groups * nfull * 2 * rows, scale.dtype)
-    repack(codes, scale, offset, bits, rows, nfull, pc, pm)
+    widths = np.array([w for w, _ in planes(bits)], np.int64)
+    starts = np.array([st for _, st in planes(bits)], np.int64)
+    repack(codes, scale, offset, bits, widths, starts, rows, nfull, pc, pm)
     return pc, pm, nfull
 
 
@@ -177,23 +195,29 @@ def _tile(typingctx, tag, pc, t, pm, xq, b, d, xs, acc):
         if ttag.ahead:
             prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), tile_bytes(bits, rows))
 
-        P = 8 // bits
-        nvec = SUPPORTED_BLOCK // (4 * P)
-        per_field = ACCUMULATORS // P
-        chains: list[list] = [[] for _ in range(ACCUMULATORS)]
-        for s in range(nvec):
-            v = load(context, builder, pcty, pcv, off(builder, cofs, s * width), vec(I8, width))
-            for p in range(P):
-                field = v if P == 1 else builder.and_(v, splat(v.type, ((1 << bits) - 1) << (bits * p)))
-                x = _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * (P * s + p)), width)
-                chains[p * per_field + s % per_field].append((field, x))
-        isum = None
-        for i, terms in enumerate(chains):
-            part = prim.dot(builder, terms, None)
-            shift = bits * (i // per_field)  # field p was multiplied in place, as 2**(bits*p) times its code
-            if shift:
-                part = builder.ashr(part, splat(part.type, shift))
-            isum = part if isum is None else builder.add(isum, part)
+        isum, pofs = None, 0
+        for fw, start in planes(bits):  # fw: the plane's field width; start: the code bit it holds
+            P = 8 // fw
+            nvec = SUPPORTED_BLOCK // (4 * P)
+            per_field = max(1, ACCUMULATORS // P)
+            chains: list[list] = [[] for _ in range(P * per_field)]
+            for s in range(nvec):
+                v = load(context, builder, pcty, pcv, off(builder, cofs, pofs + s * width), vec(I8, width))
+                for p in range(P):
+                    field = v if P == 1 else builder.and_(v, splat(v.type, ((1 << fw) - 1) << (fw * p)))
+                    x = _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * (P * s + p)), width)
+                    chains[p * per_field + s % per_field].append((field, x))
+            for i, terms in enumerate(chains):
+                part = prim.dot(builder, terms, None)
+                # field p was multiplied in place, as 2**(fw*p) times its bits, which stand for 2**start times
+                # as much in the code: shifted by the difference (right, exactly, or left)
+                shift = fw * (i // per_field) - start
+                if shift > 0:
+                    part = builder.ashr(part, splat(part.type, shift))
+                elif shift < 0:
+                    part = builder.shl(part, splat(part.type, -shift))
+                isum = part if isum is None else builder.add(isum, part)
+            pofs += rows * SUPPORTED_BLOCK * fw // 8
 
         mofs = builder.mul(tv, ir.Constant(tv.type, 2 * rows))
         s = meta(context, builder, pmty, pmv, mofs, rows)
