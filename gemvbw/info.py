@@ -124,14 +124,11 @@ def tier_lines(facts: dict) -> list[str]:
         names = [v for t in usable for v in t["variants"]]
         # the tiles by their own preference (a tier's tile may rank other than the tier itself)
         tiles = [t["variants"][0] for t in sorted(usable, key=lambda t: -t["tile_priority"]) if t["tile_priority"]]
-        # the preferred of each kind first: a column-tile variant (w8 w4 w2) where a tier has one, then the
-        # preferred tier's packed-4x2 (every width)
-        first = tiles[:1] + [next(v for v in names if v.startswith("packed-4x2-"))]
-        shown = ", ".join(f"{v} (preferred{' for w8 w4 w2' if v in tiles else ''})" if v in first and len(names) > 1
-                          else v for v in first + [v for v in names if v not in first])
+        # the preferred first: a column-tile variant where a tier has one, else the preferred tier's packed-4x2
+        first = tiles[0] if tiles else next(v for v in names if v.startswith("packed-4x2-"))
+        shown = ", ".join([f"{first} (preferred)" if len(names) > 1 else first] + [v for v in names if v != first])
         lines.append(f"int8 tiers: {shown}: w8 w4 w3 w2 at block 64 run int8 activations "
-                     "(--act auto; --kernel auto calibrates among them per shape"
-                     + ("; the column tiles, packed-<rows>c4, take w8 w4 w2)" if tiles else ")"))
+                     "(--act auto; --kernel auto calibrates among them per shape)")
     else:
         lines.append("int8 tiers: none usable here: every width runs f32 activations (--act auto)")
     for t in rep["tiers"]:

@@ -83,7 +83,7 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     vnni = [by_name("avx512vnni-zmm"), by_name("avxvnni")]
     specs = kernels.i8_specs(vnni)
     assert {(s.bits, s.variant) for s in specs if "c4" in s.variant} == {
-        (b, v) for b in (8, 4, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+        (b, v) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
     # a column tile is preferred over its tier's packed-4x2 where no calibration says otherwise
     assert all(a.priority > b.priority for a in specs if "c4" in a.variant for b in specs if "4x2" in b.variant)
 
@@ -177,9 +177,9 @@ COMPILE_ONLY = textwrap.dedent("""
     f32, i64 = np.zeros(1, np.float32), np.zeros(1, np.int64)
     meta = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
     if layout == "4x2":
-        args = (packed.KernelTag(tier, bits), (a8, a16, 1, i64, 16), *meta)
+        args = (packed.KernelTag(tier, bits), (a8, 1, a16, i64, 16), *meta)
     else:
-        args = (tile.TileTag(tier, bits), (a8, a16, 1), *meta)
+        args = (tile.TileTag(tier, bits, 2), (a8, 1), *meta)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)
     fn.compile(sig)  # compiled for the CPU numba was told; never called
@@ -242,6 +242,9 @@ def test_column_tiles_compile_to_broadcast_dot_products(tier, bits, tmp_path):
     if ARCH != "x86_64":
         pytest.skip(f"{tier} is an x86_64 tier; numba here targets {ARCH} only")
     cpu, present, absent = TILE_FOREIGN[tier]
+    if bits == 3 and tier != "avxvnni":  # w3's two planes multiply the same four activations: LLVM broadcasts
+        # each word into a register once for both instead of folding it into each vpdpbusd
+        present = [r"^vpdpbusd .*" + ("zmm" if tier.endswith("zmm") else "ymm"), r"^vpbroadcastd"]
     _compiled_for(cpu, "c4", tier, bits, present, absent, tmp_path)
 
 

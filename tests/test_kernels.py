@@ -238,10 +238,10 @@ def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
     # in vector s of a plane of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p of width w = 8 / P
     M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
-    pc, pm, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows)
+    pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows)
     codes = _unpacked_codes(qm)
-    size = tile.tile_bytes(bits, rows)
-    assert nfull == 3 and pc.size == 2 * 3 * size == 2 * rows * 3 * 64 * bits // 8
+    size = tile.tile_bytes(bits, rows, meta_bytes)  # codes, then [rows x scale | rows x offset] as stored
+    assert nfull == 3 and pc.size == 2 * 3 * size == 2 * 3 * (rows * 64 * bits // 8 + 2 * rows * meta_bytes)
     layout = [(2, 0), (1, 2)] if bits == 3 else [(bits, 0)]  # (field width, the code bit it starts at)
     for g in range(2):
         for b in range(3):
@@ -256,10 +256,10 @@ def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
                                         & ((1 << w) - 1)) << (w * p) for p in range(P))
                             assert pc[base + (s * rows + r) * 4 + j] == want, (g, b, w, s, r, j)
                 base += rows * 64 * w // 8
-            assert base == (t + 1) * size
-            assert np.array_equal(pm[t * 2 * rows:t * 2 * rows + rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
-            assert np.array_equal(pm[t * 2 * rows + rows:(t + 1) * 2 * rows],
-                                  qm.offset_raw[g * rows:(g + 1) * rows, b])
+            meta = pc[base:(t + 1) * size].view(qm.scale_raw.dtype)
+            assert meta.size == 2 * rows
+            assert np.array_equal(meta[:rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
+            assert np.array_equal(meta[rows:], qm.offset_raw[g * rows:(g + 1) * rows, b])
 
 
 @pytest.mark.skipif(not I8, reason=NO_I8)

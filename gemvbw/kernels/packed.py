@@ -347,7 +347,7 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
 
 
 # --- packed-4x2 on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
-# lay = (codes, metadata, block pairs, activation order, half a layout vector)
+# lay = (codes, block pairs, metadata, activation order, half a layout vector)
 
 def _is_packed(tag):
     return isinstance(tag, KernelTagType)
@@ -368,13 +368,13 @@ def _acc_lanes(tag):
 @overload(streams.prepare)
 def _prepare(tag, lay, xq, d, xs):
     if _is_packed(tag):
-        return lambda tag, lay, xq, d, xs: permuted_activations(xq, d, xs, lay[2], lay[3], lay[4])
+        return lambda tag, lay, xq, d, xs: permuted_activations(xq, d, xs, lay[1], lay[3], lay[4])
 
 
 @overload(streams.step)
 def _step(tag, lay, k, s, act, acc):
     if _is_packed(tag):
-        return lambda tag, lay, k, s, act, acc: _block_pair(tag, lay[0], k, lay[1], act[0], s, act[1], act[2], acc)
+        return lambda tag, lay, k, s, act, acc: _block_pair(tag, lay[0], k, lay[2], act[0], s, act[1], act[2], acc)
 
 
 @overload(streams.row_sum)
@@ -386,7 +386,7 @@ def _row_sum(tag, acc, i):
 @overload(streams.first_leftover)
 def _first_leftover(tag, lay):
     if _is_packed(tag):
-        return lambda tag, lay: 2 * lay[2]  # an odd last full block, a shorter last block
+        return lambda tag, lay: 2 * lay[1]  # an odd last full block, a shorter last block
 
 
 # repacked copies, kept while their matrix lives, one per layout (a matrix's arrays are not changed once
@@ -406,7 +406,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
     order = act_order(qm.bits, V, prim.compute_bytes(qm.bits) if hasattr(prim, "compute_bytes") else None)
-    return (KernelTag(tier, qm.bits), (pc, pm, npairs, order, V // 2), qm.codes, qm.scale_raw, qm.offset_raw, x,
+    return (KernelTag(tier, qm.bits), (pc, npairs, pm, order, V // 2), qm.codes, qm.scale_raw, qm.offset_raw, x,
             qm.block, y, chunks)
 
 

@@ -11,8 +11,8 @@ did no better). Blocks after the layout's last step (an odd last full block of a
 last block) and the last M % R rows are read from the matrix as stored, by the width's f32 loop.
 
 A layout is the kernel's first two arguments: its tag (a numba type carrying tier, width and
-whatever else is compile-time) and ``lay``, a tuple ``(codes, metadata, steps, ...)`` of its
-repacked copy. It supplies, as overloads on its tag type, of the functions below:
+whatever else is compile-time) and ``lay``, a tuple ``(copy, steps per group, ...)`` of its
+repacked copy and whatever else its steps read. It supplies, as overloads on its tag type, of the functions below:
 
 - :func:`group_rows`, :func:`acc_lanes`: rows per group, float accumulators per group;
 - :func:`prepare`: what its steps read of the quantized activations (packed-4x2 permutes them);
@@ -108,7 +108,7 @@ def gemv_streams(tag, lay, codes, scale, offset, x, block, y, chunks):
     M = codes.shape[0]
     nb = scale.shape[1]
     R = group_rows(tag)
-    steps = lay[2]
+    steps = lay[1]
     xq, d, xs, xdq = quantize_activations(x, block, nb)
     act = prepare(tag, lay, xq, d, xs)
     groups = M // R

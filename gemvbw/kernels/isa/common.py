@@ -79,10 +79,11 @@ def prefetch(context, builder, arrty, arr, offset, nbytes: int, locality: int = 
         builder.call(f, [p, const(0), const(locality), const(1)])
 
 
-def meta(context, builder, mty, arr, mofs, lanes: int = 8):
-    """lanes metadata values as <lanes x float>: fp16 bits through fpext (vcvtph2ps on x86, fcvtl on aarch64),
-    or float32 as they are."""
-    if mty.dtype == types.uint16:
+def meta(context, builder, mty, arr, mofs, lanes: int = 8, half: bool | None = None):
+    """lanes metadata values as <lanes x float> from arr at mofs (in arr's elements): fp16 bits through fpext
+    (vcvtph2ps on x86, fcvtl on aarch64), or float32 as they are. half: whether they are fp16 (default: arr is
+    uint16), for metadata stored among other bytes."""
+    if (mty.dtype == types.uint16) if half is None else half:
         raw = load(context, builder, mty, arr, mofs, vec(I16, lanes))
         return builder.fpext(builder.bitcast(raw, vec(F16, lanes)), vec(F32, lanes))
     return load(context, builder, mty, arr, mofs, vec(F32, lanes))
