@@ -65,7 +65,9 @@ def cache_path() -> Path:
 def machine_key(bits: int, act: str, threads: int, shape: tuple = (), flush_mib: int = 0) -> str:
     facts = system.describe_cpu()
     v = system.versions()
-    names = ",".join(s.variant for s in kernels.variants(bits, act))
+    names = [s.variant for s in kernels.variants(bits, act)]  # a list: a joined string could run two names together
+    # (sort_keys: the CPU's facts in one order whatever order they were read in; they come in one order today,
+    # so dropping it changes nothing a test can see)
     raw = json.dumps([facts, threads, act, bits, list(shape), flush_mib, v["gemvbw"], v["numba"], v["llvmlite"],
                       names, kernels.FINGERPRINT, tiers.numba_target_key()], sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]

@@ -307,6 +307,25 @@ def test_the_key_changes_with_the_cpu_and_the_variant_set(monkeypatch):
     other_cpu = calibrate.machine_key(4, "i8", 1)
     monkeypatch.setattr(kernels, "variants", lambda bits, act: [SimpleNamespace(variant="only")])
     assert len({base, other_cpu, calibrate.machine_key(4, "i8", 1)}) == 3
+    # the variant set is the width's own, of the activation type asked for: another width's or type's new variant
+    # leaves the key alone, its own changes it
+    sets = {(4, "i8"): ["a", "b"], (8, "i8"): ["a"], (4, "f32"): ["ref"]}
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [SimpleNamespace(variant=v) for v in sets[(bits, act)]])
+    w4 = calibrate.machine_key(4, "i8", 1)
+    sets[(8, "i8")].append("c")
+    sets[(4, "f32")].append("rows4")
+    assert calibrate.machine_key(4, "i8", 1) == w4
+    sets[(4, "i8")] = ["a,b"]  # one variant whose name holds the separator is not the two of them
+    assert calibrate.machine_key(4, "i8", 1) != w4
+
+
+def test_measure_with_every_variant_failing_times_nothing(small_calibration, monkeypatch):
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(variant="wrong", bind=lambda qm: lambda x, y: None)
+    monkeypatch.setattr(kernels, "variants", lambda bits, act: [spec])
+    monkeypatch.setattr(calibrate, "verify", lambda s, qm, x: SimpleNamespace(ok=False))
+    assert calibrate.measure(4, "f32", None, None, frozenset(), 1) == {}
 
 
 def test_the_choice_is_made_under_the_runs_flush_and_kept_apart_from_a_warm_one(small_calibration, monkeypatch):

@@ -71,7 +71,7 @@ def note_lines(record: SweepRecord) -> list[str]:
     lines = [f"{n.message}. Advice: {n.advice}." for n in record.notes]
     for width, choice in record.kernel_choice.items():
         times = ", ".join(f"{v} {us:.0f} us" for v, us in sorted(choice["timings_us"].items(), key=lambda kv: kv[1]))
-        flush = choice.get("flush_mib", 0)  # records from before cold calibration were calibrated warm
+        flush = choice.get("flush_mib")  # (absent from records of before cold calibration: those were warm)
         how = f"cold calibration on this shape ({flush} MiB flush before each call)" if flush else \
             "warm calibration on this shape"
         lines.append(f"--kernel auto chose {choice['variant']} for {width} ({choice['source']}"
