@@ -250,6 +250,17 @@ def test_row_notes_exactly_at_and_past_their_thresholds_say_what_they_measured()
                           "rerun, or let gemvbw add groups until they agree: --max-seconds 30")
 
 
+def test_row_notes_print_their_thresholds_as_set(monkeypatch):
+    # thresholds where a percentage is not a whole number away from the next: each printed as it is, not rounded
+    # from a neighbour
+    from gemvbw import results
+
+    monkeypatch.setattr(results, "NOISY_CV", 0.9)
+    monkeypatch.setattr(results, "GROUP_SPREAD", 0.9)
+    notes = row_notes(fake_measurement(robust_spread=0.95, cv=0.95, group_spread=0.95))
+    assert "threshold 90%;" in notes["noisy"][0] and "(threshold 90%)" in notes["groups-disagree"][0]
+
+
 def test_above_the_read_roofline_names_the_likely_cause():
     advice = "use a shape larger than the last-level cache, keep --flush-mib at least twice the LLC"
     m = fake_measurement()
@@ -282,6 +293,15 @@ def test_run_notes_use_their_documented_defaults_and_say_them_whole():
     assert by_code(64, 32 << 20, 2, 2, emulated="QEMU user mode")["emulated"] == (
         "this process runs under emulation (QEMU user mode): the figures time the emulator, not a CPU",
         "use such a run to check that the kernels verify; measure on the device itself")
+    assert by_code(64, 32 << 20, 2, 2, i8_available=True)["f32-activations"] == (
+        "--act f32 keeps x float32, so the kernels pay for float unpacking; MNN's GemvBW (memory mode Low, as its "
+        "test sets) and llama.cpp's q8 paths quantize x to int8 per block on the fly, as the default --act auto "
+        "does here",
+        "drop --act f32 (or use --act i8) for the run that compares with MNN's and llama.cpp's figures")
+    assert by_code(64, 32 << 20, 2, 2, mixed_clusters=True)["mixed-clusters"] == (
+        "the CPUs in use span clusters of different speed (big.LITTLE): threads land on slower cores and the "
+        "results mix core types",
+        "pin to the fastest cluster: see the advice of gemvbw info (taskset MASK, or --cpus LIST)")
 
 
 def test_call_overhead_and_timer_resolution_from_an_injected_clock(monkeypatch):
