@@ -298,6 +298,18 @@ def test_run_notes_use_their_documented_defaults_and_say_them_whole():
         "test sets) and llama.cpp's q8 paths quantize x to int8 per block on the fly, as the default --act auto "
         "does here",
         "drop --act f32 (or use --act i8) for the run that compares with MNN's and llama.cpp's figures")
+    assert by_code(64, None, 2, 2)["llc-unknown"] == (
+        "the last-level cache size could not be read, so whether the flush is large enough is unknown",
+        "give it with --llc-mib, and use --flush-mib at least twice that")
+    assert by_code(64, 32 << 20, 2, 2, K=5)["block-exceeds-K"][1] == "use --block 8 or smaller for several blocks per row"
+    # numba's thread cap: named when it is what holds the run below the CPUs it may use, else the plain advice
+    assert by_code(64, 32 << 20, 2, 4, thread_limit=2)["numba-thread-limit"] == (
+        "numba runs at most 2 thread(s) here (NUMBA_NUM_THREADS) on 4 allowed CPUs: the run uses 2",
+        "unset NUMBA_NUM_THREADS (or raise it) to use every CPU, or pin to as many CPUs as threads")
+    for threads, cpus, limit in ((2, 2, 2), (1, 4, 2), (2, 4, None)):
+        codes = by_code(64, 32 << 20, threads, cpus, thread_limit=limit)
+        assert "numba-thread-limit" not in codes
+        assert ("fewer-threads-than-cpus" in codes) == (threads < cpus)
     assert by_code(64, 32 << 20, 2, 2, mixed_clusters=True)["mixed-clusters"] == (
         "the CPUs in use span clusters of different speed (big.LITTLE): threads land on slower cores and the "
         "results mix core types",
