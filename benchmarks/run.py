@@ -107,6 +107,13 @@ def cell(r: dict | None) -> str:
     return "-" if r is None else f"{r['best_avg_us']:.0f} us, {r['eff_gbps']:.2f} GB/s ({r['variant']})"
 
 
+def _empty_call(record: dict) -> str:
+    """The fixed cost of a call as the record states it (records before cold figures have warm only)."""
+    kind = "empty serial call" if record.get("call_overhead_serial") else "empty parallel call"
+    cold = record.get("call_overhead_cold_us")
+    return f"{kind} {record['call_overhead_us']:.1f} us warm" + ("" if cold is None else f", {cold:.1f} us cold")
+
+
 def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str) -> list[str]:
     M, K = map(int, shape.split("x"))
     lines = [f"### {shape}", "", "width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
@@ -282,8 +289,7 @@ def main() -> int:
         f"llvmlite {s['llvmlite']}, numpy {s['numpy']}, Python {s['python']}.", "",
         "Rooflines in the same run: " + "; ".join(
             f"{t} thread(s): memcpy {i8[t]['roofline']['memcpy_gbps']:.1f} GB/s (read+write counted), read "
-            f"{i8[t]['roofline']['read_gbps']:.1f} GB/s, empty parallel call {i8[t]['call_overhead_us']:.1f} us"
-            for t in counts) + ".", "",
+            f"{i8[t]['roofline']['read_gbps']:.1f} GB/s, {_empty_call(i8[t])}" for t in counts) + ".", "",
         f"Method: cold cache ({f32['settings']['flush_mib']} MiB flush before every call), best of "
         f"{f32['settings']['reps']} groups of {f32['settings']['iters']} calls, block 64, fp16 metadata; every "
         "kernel verified against the numpy reference first. `t(wN)/t(w8)` compares the fastest variant of each "

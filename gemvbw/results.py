@@ -178,11 +178,12 @@ def result_notes(
             f"group means differ by {100 * measurement.group_spread:.0f}% (threshold {100 * GROUP_SPREAD:.0f}%){extra}",
             "rerun, or let gemvbw add groups until they agree: --max-seconds 30",
         ))
-    if best_avg_us < OVERHEAD_FACTOR * overhead.median_us:
+    if best_avg_us < OVERHEAD_FACTOR * overhead.row_cost_us:
+        when = "warm" if overhead.cold_median_us is None else f"after a {overhead.flush_mib} MiB flush"
         notes.append(Note(
             "call-overhead",
-            f"latency {best_avg_us:.1f} us is under {OVERHEAD_FACTOR}x the fixed cost of an empty parallel call "
-            f"({overhead.median_us:.1f} us): this row measures call overhead as much as bandwidth",
+            f"latency {best_avg_us:.1f} us is under {OVERHEAD_FACTOR}x the fixed cost of {overhead.call_name} "
+            f"({overhead.row_cost_us:.1f} us {when}): this row measures call overhead as much as bandwidth",
             "read it as a latency, not a bandwidth; measure the model's real shapes (larger M or K)",
         ))
     if eff_gbps > ABOVE_READ_FACTOR * roofline.read.gbps:
@@ -319,6 +320,8 @@ class SweepRecord:
                 "read_trials_s": list(rf.read.trials_s),
             },
             "call_overhead_us": None if self.overhead is None else self.overhead.median_us,
+            "call_overhead_cold_us": None if self.overhead is None else self.overhead.cold_median_us,
+            "call_overhead_serial": None if self.overhead is None else self.overhead.serial,
             "timer_resolution_ns": None if self.overhead is None else self.overhead.timer_resolution_ns,
             "results": [r.to_dict() for r in self.results],
             "failures": [f.to_dict() for f in self.failures],

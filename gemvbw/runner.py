@@ -100,13 +100,13 @@ class Sweep:
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)
 
-        rec.overhead = measure_call_overhead(s.threads)
+        flusher = CacheFlusher(s.flush_mib)
+        rec.overhead = measure_call_overhead(s.threads, flusher=flusher)
         rec.roofline = measure_roofline(s.threads, llc)
         rec.system.update(system.numba_threading())  # the threading layer is known once a parallel call ran
         self.reporter.roofline(rec)
         self._export()
 
-        flusher = CacheFlusher(s.flush_mib)
         self.no_flush = CacheFlusher(0)
         self.sampler = Sampler(rec.system["affinity"])
         for M, K in s.shape_list:

@@ -65,3 +65,11 @@ def test_bars_judge_each_width_by_the_issue_thresholds(run):
     near_wall = {"roofline": {"read_gbps": 33.0, "threads": 1}, "results": [row(8, 2000.0, 96.0)]}
     w8 = next(l for l in run.bars(near_wall, {8: 2050.0}) if l.startswith("w8"))
     assert w8.endswith("| 1.02 (met)")  # at the wall: no slower than MNN is enough
+
+
+def test_empty_call_as_each_record_states_it(run):
+    assert run._empty_call({"call_overhead_us": 1.62}) == "empty parallel call 1.6 us warm"  # an older record
+    assert run._empty_call({"call_overhead_us": 0.2, "call_overhead_cold_us": 9.44, "call_overhead_serial": True}) \
+        == "empty serial call 0.2 us warm, 9.4 us cold"
+    assert run._empty_call({"call_overhead_us": 1.3, "call_overhead_cold_us": None, "call_overhead_serial": False}) \
+        == "empty parallel call 1.3 us warm"

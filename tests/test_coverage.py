@@ -331,3 +331,70 @@ def test_call_overhead_and_timer_resolution_from_an_injected_clock(monkeypatch):
     steps = iter([0, 0, 25, 100, 110, 200, 240])  # steps of 25, 10 and 40 ns: the smallest is the resolution
     monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(steps))
     assert harness.timer_resolution_ns(samples=3) == 10.0
+
+
+def test_call_overhead_cold_is_timed_after_each_flush_of_the_run(monkeypatch):
+    import numba
+
+    from gemvbw import harness
+
+    class CountingFlusher:
+        flush_mib = 64
+
+        def __init__(self):
+            self.flushes = 0
+
+        def flush(self):
+            self.flushes += 1
+            ticks.append(None)  # marks where each flush fell among the clock reads
+
+    ticks: list = []
+    # two warm calls of 1 and 3 us, then three cold calls of 30, 10 and 20 us
+    reads = iter([0, 1000, 5000, 8000, 100_000, 130_000, 200_000, 210_000, 300_000, 320_000])
+
+    def clock():
+        ticks.append("t")
+        return next(reads)
+
+    monkeypatch.setattr(harness.time, "perf_counter_ns", clock)
+    monkeypatch.setattr(harness, "timer_resolution_ns", lambda: 5.0)
+    flusher = CountingFlusher()
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        got = harness.measure_call_overhead(1, calls=2, flusher=flusher, cold_calls=3)
+    finally:
+        numba.set_num_threads(old)
+    assert flusher.flushes == 3
+    assert ticks == ["t", "t", "t", "t"] + [None, "t", "t"] * 3  # each cold call right after its flush
+    assert (got.median_us, got.min_us, got.cold_median_us, got.flush_mib, got.serial) == (2.0, 1.0, 20.0, 64, True)
+    assert got.row_cost_us == 20.0 and got.call_name == "an empty serial call"
+    warm_run = harness.CallOverhead(2.0, 1.0, 5.0)
+    assert (warm_run.row_cost_us, warm_run.cold_median_us, warm_run.call_name) == (2.0, None, "an empty parallel call")
+
+
+def test_call_overhead_of_a_warm_run_has_no_cold_figure(monkeypatch):
+    from gemvbw import harness
+
+    flushed = []
+    flusher = harness.CacheFlusher(0)
+    monkeypatch.setattr(flusher, "flush", lambda: flushed.append(1))
+    got = harness.measure_call_overhead(2, calls=5, flusher=flusher)
+    assert (got.cold_median_us, got.flush_mib, flushed) == (None, 0, [])
+
+
+def test_call_overhead_note_compares_a_cold_row_with_the_cold_call():
+    cold = CallOverhead(2.0, 1.5, 40.0, cold_median_us=30.0, flush_mib=64, serial=False)
+
+    def found(us):
+        m = Measurement((Group((int(us * 1000),) * 10),))
+        return [n for n in result_notes(m, 5.0, cold, RF, 1 << 40, 32 << 20, 64) if n.code == "call-overhead"]
+
+    assert found(600.0) == []
+    (note,) = found(599.9)  # under 20 x 30 us, far above 20 x 2 us warm
+    assert note.message == ("latency 599.9 us is under 20x the fixed cost of an empty parallel call (30.0 us after "
+                            "a 64 MiB flush): this row measures call overhead as much as bandwidth")
+    serial_warm = CallOverhead(0.5, 0.4, 40.0, serial=True)
+    m = Measurement((Group((9000,) * 10),))
+    (note,) = [n for n in result_notes(m, 5.0, serial_warm, RF, 1 << 40, 32 << 20, 0) if n.code == "call-overhead"]
+    assert note.message.startswith("latency 9.0 us is under 20x the fixed cost of an empty serial call (0.5 us warm)")

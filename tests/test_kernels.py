@@ -1,6 +1,7 @@
 """Every registered kernel against the slow numpy reference, on small shapes and both thread counts."""
 
 import os
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -306,3 +307,38 @@ def test_bound_kernel_refuses_arrays_it_would_misread():
         run(np.ones(128, np.float64), y)
     with pytest.raises(TypeError, match="C-contiguous"):
         run(np.ones(256, np.float32)[::2], y)
+
+
+def test_one_thread_compiles_the_serial_twin_cached_under_its_own_name():
+    from gemvbw.kernels._common import empty_parallel_call
+
+    out = np.zeros(2, np.int64)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        serial = kernels.compiled(empty_parallel_call, out)
+        if numba.config.NUMBA_NUM_THREADS >= 2:
+            numba.set_num_threads(2)
+            parallel = kernels.compiled(empty_parallel_call, out)
+            assert parallel is empty_parallel_call.overloads[(numba.typeof(out),)].entry_point
+    finally:
+        numba.set_num_threads(old)
+    twin = kernels.serial_twin(empty_parallel_call)
+    assert kernels.serial_twin(empty_parallel_call) is twin  # one twin per function
+    assert serial is twin.overloads[(numba.typeof(out),)].entry_point
+    assert "parallel" not in twin.targetoptions and empty_parallel_call.targetoptions["parallel"]
+    assert twin.py_func.__qualname__ == "empty_parallel_call_serial" and twin.py_func.__code__ is \
+        empty_parallel_call.py_func.__code__
+    # cached, in files of its own name: under the original's name it would load the parallel code
+    cached = sorted(p.name for p in Path(twin.stats.cache_path).glob("_common.empty_parallel_call_serial-*"))
+    assert cached and all(n.endswith((".nbi", ".nbc")) for n in cached)
+    serial(out)
+    assert list(out) == [0, 1]
+
+
+def test_serial_twin_keeps_the_kernels_flags():
+    from gemvbw.kernels import streams
+
+    twin = kernels.serial_twin(streams.gemv_streams)
+    assert twin.targetoptions["fastmath"] == streams.gemv_streams.targetoptions["fastmath"]
+    assert twin.py_func.__module__ == "gemvbw.kernels.streams" and twin.__doc__ == streams.gemv_streams.__doc__

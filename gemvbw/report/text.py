@@ -63,7 +63,8 @@ def cluster_words(index: int, c: dict) -> str:
 
 def overhead_line(record: SweepRecord) -> str:
     o = record.overhead
-    return (f"fixed cost of an empty parallel call: {o.median_us:.1f} us (median of 2000 warm calls); "
+    cold = "" if o.cold_median_us is None else f", {o.cold_median_us:.1f} us after a {o.flush_mib} MiB flush"
+    return (f"fixed cost of {o.call_name}: {o.median_us:.1f} us warm{cold} (medians); "
             f"perf_counter_ns step {o.timer_resolution_ns:.0f} ns")
 
 
