@@ -135,6 +135,7 @@ def time_groups(
     def settled() -> bool:
         return len(groups) >= reps and metrics.spread([g.mean_us for g in groups[-reps:]]) <= stable_within
 
+    # (max_seconds >= 0 would read the same: with no budget, the time spent is never under 0 s)
     while len(groups) < reps or (max_seconds > 0 and not settled() and monotonic() - started < max_seconds):
         lat = []
         for _ in range(iters):

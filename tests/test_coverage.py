@@ -398,3 +398,56 @@ def test_call_overhead_note_compares_a_cold_row_with_the_cold_call():
     m = Measurement((Group((9000,) * 10),))
     (note,) = [n for n in result_notes(m, 5.0, serial_warm, RF, 1 << 40, 32 << 20, 0) if n.code == "call-overhead"]
     assert note.message.startswith("latency 9.0 us is under 20x the fixed cost of an empty serial call (0.5 us warm)")
+
+
+def test_time_groups_stops_as_soon_as_the_groups_agree():
+    clock = FakeClock([1000, 1000, 1000, 1000], seconds_per_group=1.0)
+    m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=30, clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 3 and m.extended is False and m.stable is True  # settled with the first three
+
+
+def test_time_groups_settles_at_exactly_the_allowed_spread():
+    clock = FakeClock([1000, 1500, 1000, 1400], seconds_per_group=1.0)
+    m = time_groups(lambda: None, 1, 2, CacheFlusher(0), max_seconds=30, stable_within=0.5,
+                    clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 2 and m.stable is True  # (1.5 - 1.0) / 1.0 = 0.5, not above it
+
+
+def test_time_groups_budget_under_a_second_and_a_clock_not_at_zero():
+    class Later(FakeClock):
+        def mono(self):
+            return 100.0 + self.seconds  # a monotonic clock's origin is arbitrary
+
+    clock = Later([1000, 2000, 1000, 2000, 1000], seconds_per_group=0.2)
+    m = time_groups(lambda: None, 1, 2, CacheFlusher(0), max_seconds=0.5, clock=clock.ns, monotonic=clock.mono)
+    # 0.2 s a group: a third at 0.4 s < 0.5, none after 0.6 s; never within 5 %
+    assert len(m.groups) == 3 and m.extended is True and m.stable is False
+
+
+def test_time_groups_stops_when_the_budget_is_spent_exactly():
+    clock = FakeClock([1000, 2000, 1000, 2000], seconds_per_group=10.0)
+    m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=30, clock=clock.ns, monotonic=clock.mono)
+    assert len(m.groups) == 3 and m.stable is False  # 30 s spent of 30: no fourth group
+
+
+def test_time_groups_reports_each_group_by_its_index():
+    seen = []
+    clock = FakeClock([100, 200, 300, 400, 500, 600])
+    time_groups(lambda: None, 2, 3, CacheFlusher(0), on_group=lambda i, g: seen.append((i, g.latencies_ns)),
+                clock=clock.ns, monotonic=clock.mono)
+    assert seen == [(0, (100, 200)), (1, (300, 400)), (2, (500, 600))]
+
+
+def test_bandwidths_in_decimal_gigabytes_exactly():
+    from gemvbw import metrics
+
+    assert metrics.read_gbps(10 ** 9, 1.0) == 1.0 and metrics.read_gbps(3 * 10 ** 9, 2.0) == 1.5
+    assert metrics.memcpy_gbps(10 ** 9, 1.0) == 2.0  # read and write
+
+
+def test_timer_resolution_of_one_sample(monkeypatch):
+    from gemvbw import harness
+
+    reads = iter([100, 100, 107])  # t0, an unchanged read, then a step of 7 ns
+    monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(reads))
+    assert harness.timer_resolution_ns(samples=1) == 7.0

@@ -142,6 +142,35 @@ def test_int8_activations_are_quantized_per_block():
     assert xs[0] == pytest.approx(d[0] * xq[:64].sum()) and np.allclose(xdq, xq[:84] * np.repeat(d, 64)[:84])
 
 
+def _quantized_slowly(x, block):
+    """Per block, by the documented rule: d = max|x| / 127 (1 for a block of zeros), xq = round(x * (1 / d))."""
+    nb = -(-x.size // block)
+    xq, d, xs = np.zeros(nb * block, np.int8), np.empty(nb, np.float32), np.empty(nb, np.float32)
+    for b in range(nb):
+        xb = x[b * block:(b + 1) * block]
+        amax = np.float32(np.abs(xb).max())
+        d[b] = amax / np.float32(127.0) if amax > 0 else np.float32(1.0)
+        q = np.rint(xb * (np.float32(1.0) / d[b])).astype(np.int32)
+        xq[b * block:b * block + xb.size] = q
+        xs[b] = d[b] * np.float32(q.sum())
+    return xq, d, xs, (xq[:x.size] * np.repeat(d, block)[:x.size]).astype(np.float32)
+
+
+@pytest.mark.parametrize("K,block", [(14336, 64), (1000, 64), (37, 8), (130, 64)])
+def test_activation_quantization_against_the_slow_rule(K, block):
+    from gemvbw.kernels.activations import quantize_activations
+
+    x = random_activations(K, seed=K)
+    x[:block] = 0.0  # a block of zeros: d = 1
+    x[block:2 * block] = -np.abs(x[block:2 * block])  # a block whose largest magnitude is negative
+    x[block] = -4.0
+    x[2 * block + 1] = -0.0
+    got = quantize_activations(x, block, -(-K // block))
+    for name, a, b in zip(("xq", "d", "xs", "xdq"), got, _quantized_slowly(x, block)):
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert got[1][0] == 1.0 and got[1][1] == np.float32(4.0) / np.float32(127.0) and got[0][block] == -127
+
+
 @pytest.mark.skipif(not I8, reason=NO_I8)
 @pytest.mark.parametrize("spec", I8, ids=spec_id)
 @pytest.mark.parametrize("code", [255, 0])

@@ -16,7 +16,9 @@ from gemvbw.kernels._common import FASTMATH
 SUPPORTED_BLOCK = 64  # the int8 kernels work on 64-weight blocks; other blocks use the f32 kernels
 
 
-@njit(cache=True, fastmath=FASTMATH)
+# No fastmath: nothing here needs reassociation (the max and the sum are integer), and with it LLVM
+# folds x * (1 / d) back into a division, a vdivps per 8 activations instead of a vmulps.
+@njit(cache=True)
 def quantize_activations(x, block, nb):
     """Per block: d = max|x| / 127, xq = round(x / d) as int8; also d * sum(xq) and the dequantized x.
 
@@ -27,15 +29,25 @@ def quantize_activations(x, block, nb):
     d = np.empty(nb, np.float32)
     xs = np.empty(nb, np.float32)
     xdq = np.empty(K, np.float32)
+    bits = x.view(np.uint32)
+    amax_bits = np.empty(1, np.uint32)
+    amax_of = amax_bits.view(np.float32)
     for b in range(nb):
         # slices counted from 0: an index from range(lo, hi) keeps numba's wraparound check, which
         # stops LLVM from vectorizing (measured here: 41 -> 25 us at K=14336)
         lo = b * block
         hi = min(lo + block, K)
         xb = x[lo:hi]
-        amax = np.float32(0.0)
-        for k in range(xb.shape[0]):
-            amax = max(amax, abs(xb[k]))
+        # max |x| taken on the bits with the sign cleared: for floats other than NaN they order as the
+        # values do, and an integer max vectorizes where numba's float max() (Python's NaN rules) does not
+        xi = bits[lo:hi]
+        m = np.uint32(0)
+        for k in range(xi.shape[0]):
+            v = xi[k] & np.uint32(0x7FFFFFFF)
+            if v > m:
+                m = v
+        amax_bits[0] = m
+        amax = amax_of[0]
         scale = amax / np.float32(127.0) if amax > 0 else np.float32(1.0)
         inv = np.float32(1.0) / scale
         qb, db = xq[lo:hi], xdq[lo:hi]
