@@ -37,7 +37,8 @@ class CacheFlusher:
 
     def __init__(self, flush_mib: int):
         self.flush_mib = flush_mib
-        # ones, not zeros: the pages must really be mapped, not the shared zero page
+        # ones, not zeros: the pages must really be mapped, not the shared zero page. (A 0-byte buffer for
+        # flush_mib 0 would read the same as None: its strided read reads nothing.)
         self._buf = np.ones(flush_mib << 20, dtype=np.uint8) if flush_mib else None
         self.sink = 0
         if self._buf is not None:
@@ -185,7 +186,8 @@ def measure_call_overhead(threads: int, calls: int = 2000, flusher: CacheFlusher
 
     from gemvbw.kernels import compiled
 
-    out = np.zeros(max(threads, 1), dtype=np.int64)  # (its type and length only shape the trivial work)
+    # (its type and length only shape the trivial work, and any counts of calls large enough would do)
+    out = np.zeros(max(threads, 1), dtype=np.int64)
     call = compiled(empty_parallel_call, out)
     call(out)
     clock = time.perf_counter_ns

@@ -451,3 +451,31 @@ def test_timer_resolution_of_one_sample(monkeypatch):
     reads = iter([100, 100, 107])  # t0, an unchanged read, then a step of 7 ns
     monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(reads))
     assert harness.timer_resolution_ns(samples=1) == 7.0
+
+
+def test_the_flush_buffer_is_its_size_in_bytes():
+    import tracemalloc
+
+    from gemvbw import harness
+
+    harness.CacheFlusher(1)  # compiled (or loaded) outside the trace
+    tracemalloc.start()
+    try:
+        flusher = harness.CacheFlusher(2)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 2 << 20 <= held < (2 << 20) + (64 << 10)  # one byte per byte of the flush, not an 8-byte float each
+    assert flusher.sink == (2 << 20) // 64  # each line read once, at construction
+
+
+def test_overhead_line_of_a_warm_and_of_a_cold_run():
+    from gemvbw.report.text import overhead_line
+
+    class Record:
+        overhead = CallOverhead(1.26, 1.0, 30.0)
+
+    assert overhead_line(Record) == "fixed cost of an empty parallel call: 1.3 us warm (medians); perf_counter_ns step 30 ns"
+    Record.overhead = CallOverhead(0.21, 0.2, 20.0, cold_median_us=9.44, flush_mib=64, serial=True)
+    assert overhead_line(Record) == ("fixed cost of an empty serial call: 0.2 us warm, 9.4 us after a 64 MiB flush "
+                                     "(medians); perf_counter_ns step 20 ns")

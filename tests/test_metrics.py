@@ -68,3 +68,8 @@ def test_spreads_of_all_zero_values_are_zero_not_a_division():
     assert metrics.robust_spread([0, 0, 5]) == 0.0  # median 0
     assert metrics.spread([0, 3]) == 0.0
     assert metrics.spread([2, 3]) == 0.5 and metrics.robust_spread([1, 2, 4]) == pytest.approx(1.4826 * 1 / 2)
+
+
+def test_unquantized_bytes_are_a_whole_number():
+    got = [metrics.logical_bytes(3, 5, bits, 64, 2) for bits in (32, 16)]
+    assert got == [60, 30] and all(type(b) is int for b in got)  # a count of bytes, never a float
