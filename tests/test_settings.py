@@ -234,3 +234,109 @@ def test_each_memory_refusal_says_what_does_not_fit_and_what_would(monkeypatch, 
         "memory", f"the rooflines need {roofline / 1e9:.1f} GB at once but {(roofline - 1) / 1e9:.1f} GB is "
                   "available; free memory first")
     make({"M": "64", "K": "64", "flush_mib": "1"}, available=roofline)  # exactly enough: accepted
+
+
+# --- --act and --kernel refusals, each message whole ---------------------------------------------
+
+def test_act_i8_refuses_unquantized_widths_naming_them():
+    from gemvbw.settings import check_act
+
+    with pytest.raises(SettingsError) as err:
+        check_act("i8", (32, 4, 16), 64)
+    assert (err.value.source, err.value.message) == (
+        "--act", "w32 and w16 are unquantized weights, multiplied with f32 activations; use --act auto (int8 where "
+                 "it applies) or drop them from --bits")
+
+
+@pytest.mark.parametrize("isa,shown", [(["asimd", "fphp"], "asimd fphp"), ([], "none of the relevant ones")])
+def test_act_i8_without_an_int8_tier_names_the_cpus_features(monkeypatch, isa, shown):
+    from gemvbw import kernels, settings
+
+    monkeypatch.setattr(kernels, "int8_unavailable", lambda b, block: "no int8 tier for this CPU (neon-dotprod: "
+                        "no asimddp)" if b == 4 else None)
+    monkeypatch.setattr(settings.system, "describe_cpu", lambda: {"isa": isa, "isa_source": "from HWCAPs"})
+    assert settings.check_act("i8", (8,), 64) == "i8"
+    with pytest.raises(SettingsError) as err:
+        settings.check_act("i8", (8, 4), 64)
+    assert (err.value.source, err.value.message) == (
+        "--act", f"no int8 tier for this CPU (neon-dotprod: no asimddp); this CPU's features (from HWCAPs): {shown}. "
+                 "Use --act auto or --act f32")
+
+
+def test_act_i8_at_a_block_the_int8_kernels_do_not_take(monkeypatch):
+    from gemvbw import kernels, settings
+
+    monkeypatch.setattr(kernels, "int8_unavailable", lambda b, block: f"the int8 kernels take blocks of 64, not {block}")
+    monkeypatch.setattr(settings.system, "describe_cpu", lambda: pytest.fail("the CPU is no part of this advice"))
+    with pytest.raises(SettingsError) as err:
+        settings.check_act("i8", (4,), 32)
+    assert (err.value.source, err.value.message) == (
+        "--act", "the int8 kernels take blocks of 64, not 32; use --block 64, or --act auto (f32 where int8 cannot run)")
+
+
+def test_kernel_unknown_lists_the_names_the_missing_widths_have(monkeypatch):
+    from gemvbw import kernels
+    from gemvbw.settings import check_kernel
+
+    names = {"f32": {(4, 3): ["ref", "rows4"]}, "i8": {(4, 3): ["packed-1x1-fake", "ref"]}}
+    monkeypatch.setattr(kernels, "variant_names", lambda act, widths=None: names[act].get(widths, ["other"]))
+    with pytest.raises(SettingsError) as err:
+        check_kernel("nope", (8, 4, 3), "auto")  # no width has 'nope'
+    assert err.value.source == "--kernel"
+    assert err.value.message == "no variant 'nope' for w8,w4,w3 (act=auto); choose one of: auto, all, other"
+    with pytest.raises(SettingsError) as err:
+        check_kernel("nope", (4, 3), "auto")
+    assert err.value.message == ("no variant 'nope' for w4,w3 (act=auto); choose one of: auto, all, packed-1x1-fake, "
+                                 "ref, rows4")
+    with pytest.raises(SettingsError) as err:
+        check_kernel("nope", (4, 3), "i8")
+    assert err.value.message == "no variant 'nope' for w4,w3 (act=i8); choose one of: auto, all, packed-1x1-fake, ref"
+
+
+def _i8_names():
+    from gemvbw import kernels
+
+    return sorted({s.variant for b in (8, 4, 3, 2) for s in kernels.variants(b, "i8")})
+
+
+I8_NAMES = _i8_names()
+
+
+@pytest.mark.skipif(not I8_NAMES, reason="no int8 tier is usable on this CPU and compiler target (see gemvbw info)")
+def test_kernel_named_int8_variant_is_found_at_the_default_block():
+    from gemvbw import kernels
+    from gemvbw.settings import check_kernel
+
+    name = kernels.variants(4, "i8")[0].variant
+    assert check_kernel(name, (8, 4, 3, 2), "auto") == name  # block 64 unless told: the int8 kernels' block
+    assert check_kernel(name, (4,), "i8", 64) == name
+    assert check_kernel("rows4", (4,), "auto") == "rows4"  # an f32 name under auto: f32 for that width
+    with pytest.raises(SettingsError, match=f"no variant '{name}' for w4 "):
+        check_kernel(name, (4,), "auto", 32)  # at block 32 only f32 runs, which has no such name
+
+
+def test_memory_refusals_print_decimal_gigabytes_rounded_as_told(monkeypatch):
+    """Figures a hair above x.x5 GB: decimal gigabytes (1e9 bytes) print rounded up, a divisor one byte larger would not."""
+    from gemvbw import settings as st, system
+
+    monkeypatch.setattr(system, "last_level_cache_bytes", lambda: 16 << 20)
+    with pytest.raises(SettingsError) as err:
+        make({"flush_mib": "4096"}, available=1_050_000_000)
+    assert err.value.message == "a 4096 MiB flush buffer does not fit in the 1.1 GB available; use e.g. --flush-mib 32"
+    monkeypatch.setattr(st, "roofline_bytes", lambda llc: 1_350_000_000)
+    with pytest.raises(SettingsError) as err:
+        make({"flush_mib": "1"}, available=1_050_000_000)
+    assert err.value.message == "the rooflines need 1.4 GB at once but 1.1 GB is available; free memory first"
+    monkeypatch.setattr(st, "roofline_bytes", lambda llc: 1)
+    monkeypatch.setattr(st, "sweep_bytes", lambda s: (2_350_000_000, 4, (4096, 14336)))
+    with pytest.raises(SettingsError) as err:
+        make({"bits": "4", "flush_mib": "1"}, available=1_050_000_000)
+    assert (err.value.source, err.value.message) == (
+        "--M/--K", "M=4096 x K=14336 needs about 2.4 GB at once (w4: its weights, their temporary and repacked copies, "
+                   "the buffers, verification) but 1.1 GB is available; reduce M or K")
+    with pytest.raises(SettingsError) as err:
+        make({"shapes": ("4096x14336", "64x64"), "bits": "8,4", "flush_mib": "1"}, available=1_050_000_000)
+    assert (err.value.source, err.value.message) == (
+        "--shape", "M=4096 x K=14336 needs about 2.4 GB at once (w4: its weights, their temporary and repacked copies, "
+                   "the buffers, verification) but 1.1 GB is available; drop 4 from --bits, reduce M or K")
+    make({"bits": "4", "flush_mib": "1"}, available=2_350_000_000)  # exactly enough: accepted
