@@ -340,3 +340,69 @@ def test_memory_refusals_print_decimal_gigabytes_rounded_as_told(monkeypatch):
         "--shape", "M=4096 x K=14336 needs about 2.4 GB at once (w4: its weights, their temporary and repacked copies, "
                    "the buffers, verification) but 1.1 GB is available; drop 4 from --bits, reduce M or K")
     make({"bits": "4", "flush_mib": "1"}, available=2_350_000_000)  # exactly enough: accepted
+
+
+# --- resolve(): what each refusal says, and what it passes on ----------------------------------------
+
+@pytest.mark.parametrize("flag", ["M", "K"])
+def test_shapes_and_one_shape_together_are_refused(flag):
+    with pytest.raises(SettingsError) as err:
+        make({"shapes": ("64x64",), flag: "128"})
+    assert (err.value.source, err.value.message) == (
+        "--shape", "give the shapes with --shape (or --shapes-from), or one shape with --M/--K, not both")
+
+
+def test_a_shape_listed_twice_is_refused():
+    with pytest.raises(SettingsError) as err:
+        make({"shapes": ("64x64", "8x64", "64X64")})
+    assert (err.value.source, err.value.message) == ("--shape", "a shape is listed twice; list each once")
+
+
+def test_recalibrate_and_the_thread_limit_reach_the_settings():
+    s = resolve({"recalibrate": True}, {}, cpus=[0, 1, 2, 3], available_bytes=PLENTY, thread_limit=2)
+    assert (s.recalibrate, s.thread_limit, s.threads) == (True, 2, 2)  # the default as far as numba goes
+    s = resolve({"threads": "2"}, {}, cpus=[0, 1, 2, 3], available_bytes=PLENTY, thread_limit=2)
+    assert (s.recalibrate, s.thread_limit, s.threads) == (False, 2, 2)  # exactly the limit: accepted
+
+
+@pytest.mark.parametrize("env,shown", [({"NUMBA_NUM_THREADS": "3"}, "3"), ({}, "2")])
+def test_threads_above_numbas_limit_name_it(env, shown):
+    with pytest.raises(SettingsError) as err:
+        resolve({"threads": "4"}, env, cpus=[0, 1, 2, 3], available_bytes=PLENTY, thread_limit=2)
+    assert (err.value.source, err.value.message) == (
+        "--threads", f"4 threads asked for, but numba runs at most 2 here (NUMBA_NUM_THREADS={shown}); use 1..2, "
+                     "or raise NUMBA_NUM_THREADS")
+    with pytest.raises(SettingsError) as err:
+        resolve({}, {**env, "MNN_GEMVBW_THREADS": "3"}, cpus=[0, 1, 2, 3], available_bytes=PLENTY, thread_limit=2)
+    assert err.value.source == "MNN_GEMVBW_THREADS"
+
+
+def test_csv_path_refusals_name_csv(tmp_path):
+    with pytest.raises(SettingsError) as err:
+        make({"csv_path": str(tmp_path / "missing" / "r.csv")})
+    assert err.value.source == "--csv"
+    same = str(tmp_path / "r.out")
+    with pytest.raises(SettingsError) as err:
+        make({"csv_path": same, "md_path": same})
+    assert (err.value.source, err.value.message) == ("--md", f"{same!r} is also the file of --csv; give each output "
+                                                             "its own file")
+
+
+@pytest.mark.parametrize("flags,env,source,message", [
+    ({"block": "100"}, {}, "--block", "must be a multiple of 8 so every packed layout tiles it, got 100; use e.g. 96 "
+                                      "or 104"),
+    ({}, {"MNN_GEMVBW_BLOCK": "4"}, "MNN_GEMVBW_BLOCK", "must be a multiple of 8 so every packed layout tiles it, "
+                                                        "got 4; use e.g. 8 or 16"),
+])
+def test_a_block_off_the_granule_is_refused_with_its_neighbours(flags, env, source, message):
+    with pytest.raises(SettingsError) as err:
+        make(flags, env)
+    assert (err.value.source, err.value.message) == (source, message)
+
+
+def test_meta_bytes_refusal_whole():
+    with pytest.raises(SettingsError) as err:
+        make({"meta_bytes": "3"})
+    assert (err.value.source, err.value.message) == (
+        "--meta-bytes", "must be 2 (float16 scale/offset, MNN's published formula) or 4 (float32, MNN's CPU backend), "
+                        "got 3")
