@@ -187,3 +187,40 @@ def test_soak_takes_act(tmp_path, act):
 def test_soak_takes_one_width():
     res = CliRunner().invoke(main, ["soak", "--bits", "4,2", "--seconds", "1"])
     assert res.exit_code == 2 and "soak runs one width" in res.stderr
+
+
+def _pin_refusal(monkeypatch, capsys, raw, online=(0, 1, 2, 3), pin=None):
+    from gemvbw import cli, system
+
+    monkeypatch.setattr(system, "online_cpus", lambda: list(online))
+    pinned = []
+    monkeypatch.setattr(system, "pin", pin or pinned.append)
+    with pytest.raises(SystemExit) as exit_:
+        cli.pin_cpus(raw)
+    assert exit_.value.code == 2 and pinned == []
+    return capsys.readouterr().err
+
+
+def test_pin_cpus_refusals_whole(monkeypatch, capsys):
+    assert _pin_refusal(monkeypatch, capsys, ",") == \
+        "Error: --cpus: no CPU listed; give CPU numbers and ranges, e.g. --cpus 6,7 or --cpus 4-7\n"
+    assert _pin_refusal(monkeypatch, capsys, "1,5,7-8", online=(0, 1, 2, 3, 7)) == \
+        "Error: --cpus: CPU 5,8 does not exist here (online: CPUs 0-3,7)\n"
+
+    def refuse(cpus, err=OSError(22, "Invalid argument")):
+        raise err
+
+    assert _pin_refusal(monkeypatch, capsys, "2-3", pin=refuse) == (
+        "Error: --cpus: cannot pin to CPUs 2-3 (Invalid argument); choose CPUs this process may use (see gemvbw info)\n")
+    assert _pin_refusal(monkeypatch, capsys, "2", pin=lambda c: refuse(c, OSError("no such call"))) == (
+        "Error: --cpus: cannot pin to CPU 2 (no such call); choose CPUs this process may use (see gemvbw info)\n")
+
+
+def test_pin_cpus_pins_what_was_listed(monkeypatch):
+    from gemvbw import cli, system
+
+    pinned = []
+    monkeypatch.setattr(system, "online_cpus", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(system, "pin", pinned.append)
+    assert cli.pin_cpus("3,1-2") == [1, 2, 3] and pinned == [[1, 2, 3]]
+    assert cli.pin_cpus(None) is None and pinned == [[1, 2, 3]]
