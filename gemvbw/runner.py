@@ -100,9 +100,10 @@ class Sweep:
         total = sum(per_width) * s.reps * (2 if s.compare_warm else 1) * len(s.shape_list)
         self.reporter.start(rec, total)
 
+        rec.roofline = measure_roofline(s.threads, llc)
+        # the flush buffer after the rooflines' buffers are freed: check_memory counts them never alive together
         flusher = CacheFlusher(s.flush_mib)
         rec.overhead = measure_call_overhead(s.threads, flusher=flusher)
-        rec.roofline = measure_roofline(s.threads, llc)
         rec.system.update(system.numba_threading())  # the threading layer is known once a parallel call ran
         self.reporter.roofline(rec)
         self._export()
