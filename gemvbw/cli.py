@@ -506,6 +506,7 @@ def load_result(path: str, flag: str) -> dict:
     import json
 
     try:
+        # (an explicit codec, whatever the locale; "UTF-8" would name the same one)
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
     except OSError as exc:

@@ -122,6 +122,7 @@ def _whole(table: dict, key: str, path, where: str = "", default=None) -> int:
 def load(name_or_path: str) -> Preset:
     path = find(name_or_path)
     try:
+        # (an explicit codec, whatever the locale; "UTF-8" would name the same one)
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise PresetError(f"{path}: not a readable UTF-8 TOML file ({exc})") from None

@@ -179,6 +179,9 @@ def resolve(
     default = {**DEFAULTS, **(defaults or {})}
     cpus = system.affinity() if cpus is None else cpus
 
+    # (Equivalent mutants: "came from env" is read only with a raw value, so (None, True) for an unset one reads
+    # the same; flush_mib, seed, llc_mib and meta_bytes have no variable, so their env is always False, and None
+    # in its place reads the same.)
     def pick(name: str):
         """(raw string, came from env?) or (None, False) when unset."""
         raw = flags.get(name)
@@ -344,6 +347,7 @@ def copies_held(bits: int, block: int, act: str) -> int:
 
 def sweep_bytes(s: Settings) -> tuple[int, int, tuple[int, int]]:
     """(peak bytes of the measuring part, the width and the shape that set it)."""
+    # (every width holds more than a byte, so a start of 1 instead of 0 is the same)
     best = (0, s.bits[0], s.shape_list[0])
     for M, K in s.shape_list:
         for b in s.bits:

@@ -319,6 +319,16 @@ def test_the_key_changes_with_the_cpu_and_the_variant_set(monkeypatch):
     assert calibrate.machine_key(4, "i8", 1) != w4
 
 
+def test_the_key_is_the_cpus_facts_whatever_order_they_were_read_in(monkeypatch):
+    from gemvbw import system
+
+    monkeypatch.setattr(system, "describe_cpu", lambda: {"cpu": "x", "isa": ["a", "b"], "cores": 2})
+    first = calibrate.machine_key(4, "i8", 1)
+    monkeypatch.setattr(system, "describe_cpu", lambda: {"cores": 2, "isa": ["a", "b"], "cpu": "x"})
+    assert calibrate.machine_key(4, "i8", 1) == first
+    assert len(first) == 16 and int(first, 16) >= 0  # the cache file's keys: 16 hex digits
+
+
 def test_measure_with_every_variant_failing_times_nothing(small_calibration, monkeypatch):
     from types import SimpleNamespace
 

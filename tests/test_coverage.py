@@ -310,6 +310,9 @@ def test_run_notes_use_their_documented_defaults_and_say_them_whole():
         codes = by_code(64, 32 << 20, threads, cpus, thread_limit=limit)
         assert "numba-thread-limit" not in codes
         assert ("fewer-threads-than-cpus" in codes) == (threads < cpus)
+    assert by_code(64, 32 << 20, 1, 4)["fewer-threads-than-cpus"] == (
+        "1 thread(s) on 4 allowed CPUs: the scheduler may move threads between cores",
+        "pin the run to as many CPUs as threads (taskset, or --cpus)")
     assert by_code(64, 32 << 20, 2, 2, mixed_clusters=True)["mixed-clusters"] == (
         "the CPUs in use span clusters of different speed (big.LITTLE): threads land on slower cores and the "
         "results mix core types",

@@ -309,6 +309,103 @@ def test_a_cache_numba_cannot_write_is_moved_and_announced(monkeypatch, tmp_path
         numba_env.prepare_cache({"NUMBA_CACHE_DIR": str(tmp_path / "no")}, tmp_path / "pkg")
 
 
+# --- what is checked before numba is imported, and what it must do once imported ------------------
+
+def exit_of(call) -> int:
+    with pytest.raises(SystemExit) as info:
+        call()
+    return info.value.code
+
+
+def test_numbas_variables_and_cache_are_settled_before_it_is_imported(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(numba_env, "check", lambda environ: seen.append(environ) or "NUMBA_X: 'y' is bad; use z")
+    monkeypatch.setattr(numba_env, "prepare_cache", lambda environ: pytest.fail("a refused run prepares no cache"))
+    assert exit_of(cli.prepare_numba_env) == 2
+    assert capsys.readouterr().err == "Error: NUMBA_X: 'y' is bad; use z\n" and seen == [os.environ]
+    monkeypatch.setattr(numba_env, "check", lambda environ: None)
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", SimpleNamespace()))
+    cli.prepare_numba_env()  # numba already imported: its cache was settled then, nothing is done
+    assert capsys.readouterr().err == ""
+    monkeypatch.delitem(sys.modules, "numba")  # as in a fresh process
+    for outcome, err in (("the cache moved", "note: the cache moved\n"), (None, "")):
+        monkeypatch.setattr(numba_env, "prepare_cache", lambda environ, _o=outcome: seen.append(environ) or _o)
+        cli.prepare_numba_env()
+        assert capsys.readouterr().err == err and seen[-1] is os.environ
+
+    def unwritable(environ):
+        raise ValueError("NUMBA_CACHE_DIR: numba cannot write its cache in /x; use a writable directory")
+
+    monkeypatch.setattr(numba_env, "prepare_cache", unwritable)
+    assert exit_of(cli.prepare_numba_env) == 2
+    assert capsys.readouterr().err == "Error: NUMBA_CACHE_DIR: numba cannot write its cache in /x; use a writable directory\n"
+
+
+@pytest.fixture
+def numba_checks(monkeypatch):
+    """require_numba's steps after the import, each replaceable; the order they ran in."""
+    from gemvbw import jitcache, tiers
+    from gemvbw.kernels import _common
+
+    order = []
+    monkeypatch.setattr(cli, "prepare_numba_env", lambda: order.append("variables"))
+    monkeypatch.setattr(tiers, "unsafe_target_message", lambda report: order.append("target") or None)
+    monkeypatch.setattr(jitcache, "repair", lambda: order.append("cache") or [])
+    monkeypatch.setattr(_common, "empty_parallel_call", lambda out: order.append(("threads", out.dtype, out.shape)))
+    return SimpleNamespace(order=order, tiers=tiers, jitcache=jitcache, common=_common)
+
+
+def test_require_numba_checks_variables_target_cache_and_threads_in_that_order(numba_checks, capsys):
+    cli.require_numba()
+    assert numba_checks.order == ["variables", "target", "cache", ("threads", np.dtype(np.int64), (1,))]
+    assert capsys.readouterr().err == ""
+
+
+def test_numba_that_cannot_be_imported_is_said_with_how_to_install_it(numba_checks, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ModuleNotFoundError
+    assert exit_of(cli.require_numba) == 1
+    err = capsys.readouterr().err
+    assert err == ("Error: numba could not be imported (ModuleNotFoundError: import of numba halted; None in sys.modules).\n"
+                   f"{cli.NUMBA_HELP}\n")
+    assert numba_checks.order == ["variables"]
+
+
+def test_a_target_this_cpu_cannot_run_is_refused_before_anything_compiles(numba_checks, monkeypatch, capsys):
+    monkeypatch.setattr(numba_checks.tiers, "unsafe_target_message", lambda report: "NUMBA_CPU_FEATURES: +avx512f "
+                        "is not on this CPU; unset it")
+    assert exit_of(cli.require_numba) == 2
+    assert capsys.readouterr().err == "Error: NUMBA_CPU_FEATURES: +avx512f is not on this CPU; unset it\n"
+    assert numba_checks.order == ["variables"]
+
+
+def test_each_unreadable_cache_file_removed_is_announced(numba_checks, monkeypatch, capsys):
+    from pathlib import Path
+
+    monkeypatch.setattr(numba_checks.jitcache, "repair", lambda: [Path("/c/a.nbi"), Path("/c/b.nbc")])
+    cli.require_numba()
+    assert capsys.readouterr().err == (
+        "note: removed unreadable numba cache file /c/a.nbi; the kernel is compiled afresh\n"
+        "note: removed unreadable numba cache file /c/b.nbc; the kernel is compiled afresh\n")
+
+
+def test_a_threading_layer_numba_cannot_load_is_named_with_what_would_work(numba_checks, monkeypatch, capsys):
+    def no_layer(out):
+        raise ValueError("No threading layer could be loaded.\nHINT: ...")
+
+    monkeypatch.setattr(numba_checks.common, "empty_parallel_call", no_layer)
+    monkeypatch.setenv("NUMBA_THREADING_LAYER", "tbb")
+    assert exit_of(cli.require_numba) == 2
+    assert capsys.readouterr().err == ("Error: NUMBA_THREADING_LAYER=tbb: No threading layer could be loaded. "
+                                       "Unset it, or use NUMBA_THREADING_LAYER=omp or workqueue\n")
+
+    def other(out):
+        raise ValueError("something else")
+
+    monkeypatch.setattr(numba_checks.common, "empty_parallel_call", other)
+    with pytest.raises(ValueError, match="something else"):  # not a user's error: not dressed as one
+        cli.require_numba()
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to be capped below them")
 def test_numba_thread_limit_below_the_cpus_is_respected_and_reported(tmp_path):
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "GEMVBW_CACHE_DIR": str(tmp_path)}

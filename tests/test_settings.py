@@ -46,6 +46,32 @@ def test_bad_env_values_name_the_variable(value):
     assert "MNN_GEMVBW_M=4096" in str(err.value)  # a valid example
 
 
+@pytest.mark.parametrize("value,message", [
+    ("5", "'5' is not a supported width; use one or more of 32,16,8,4,3,2, e.g. {example}"),
+    ("4,4", "w4 is listed twice in '4,4'; list each width once, e.g. {example}"),
+    ("8,,4", "'8,,4' lists no bit width; use a comma list of 32,16,8,4,3,2, e.g. {example}"),
+])
+def test_bad_bits_from_a_flag_or_a_variable_give_an_example_of_the_same_kind(value, message):
+    with pytest.raises(SettingsError) as err:
+        make({"bits": value})
+    assert (err.value.source, err.value.message) == ("--bits", message.format(example="--bits 8,4,3,2"))
+    with pytest.raises(SettingsError) as err:
+        make(env={"MNN_GEMVBW_BITS": value})
+    assert (err.value.source, err.value.message) == ("MNN_GEMVBW_BITS", message.format(example="MNN_GEMVBW_BITS=8,4,3,2"))
+
+
+def test_a_whole_number_below_its_minimum_names_the_bound():
+    from gemvbw.settings import parse_int
+
+    with pytest.raises(SettingsError) as err:
+        parse_int("iters", "1", False, minimum=2)  # (every caller's minimum is 0 or 1; the rule is the function's)
+    assert err.value.message == "must be at least 2, got 1; use e.g. --iters 200"
+    with pytest.raises(SettingsError) as err:
+        parse_int("iters", "0", True)
+    assert (err.value.source, err.value.message) == ("MNN_GEMVBW_ITERS", "must be positive, got 0; use e.g. MNN_GEMVBW_ITERS=200")
+    assert parse_int("seed", "0", False, minimum=0) == 0
+
+
 @pytest.mark.parametrize("name,flag", [("K", "--K"), ("iters", "--iters"), ("reps", "--reps"), ("block", "--block")])
 def test_bad_flag_values_name_the_flag(name, flag):
     with pytest.raises(SettingsError) as err:
@@ -236,6 +262,34 @@ def test_each_memory_refusal_says_what_does_not_fit_and_what_would(monkeypatch, 
     make({"M": "64", "K": "64", "flush_mib": "1"}, available=roofline)  # exactly enough: accepted
 
 
+def test_the_flush_buffer_is_refused_exactly_when_it_and_verification_do_not_fit(monkeypatch):
+    """A flush buffer larger than the rooflines, so that only the flush check and the sweep's total are in play:
+    at its exact size plus verification's the flush fits (and the sweep, which holds more, is what is refused)."""
+    from gemvbw import settings as st, system
+
+    monkeypatch.setattr(system, "last_level_cache_bytes", lambda: 32 << 20)
+    flush_bytes = (4096 << 20) + st.VERIFY_BYTES
+    with pytest.raises(SettingsError) as err:
+        make({"M": "64", "K": "64", "flush_mib": "4096"}, available=flush_bytes - 1)
+    assert err.value.source == "--flush-mib"
+    with pytest.raises(SettingsError) as err:
+        make({"M": "64", "K": "64", "flush_mib": "4096"}, available=flush_bytes)
+    assert err.value.source == "--M/--K"  # x, y and the weights on top of the flush and verification
+    need = st.sweep_bytes(make({"M": "64", "K": "64", "flush_mib": "4096"}))[0]
+    assert make({"M": "64", "K": "64", "flush_mib": "4096"}, available=need).flush_mib == 4096
+
+
+def test_the_first_of_equally_large_shapes_is_the_one_named():
+    from gemvbw import settings as st
+
+    # 64 rows of two blocks and 128 rows of one: the same codes and metadata, the same x and y
+    s = make({"shapes": ("64x128", "128x64"), "bits": "4", "act": "f32"})
+    assert st.weight_bytes(64, 128, 4, 64, 2) == st.weight_bytes(128, 64, 4, 64, 2)
+    assert st.sweep_bytes(s)[1:] == (4, (64, 128))
+    s = make({"shapes": ("128x64", "64x128"), "bits": "4", "act": "f32"})
+    assert st.sweep_bytes(s)[1:] == (4, (128, 64))
+
+
 # --- --act and --kernel refusals, each message whole ---------------------------------------------
 
 def test_act_i8_refuses_unquantized_widths_naming_them():
@@ -375,6 +429,30 @@ def test_threads_above_numbas_limit_name_it(env, shown):
     with pytest.raises(SettingsError) as err:
         resolve({}, {**env, "MNN_GEMVBW_THREADS": "3"}, cpus=[0, 1, 2, 3], available_bytes=PLENTY, thread_limit=2)
     assert err.value.source == "MNN_GEMVBW_THREADS"
+
+
+@pytest.mark.parametrize("flags,env,source,message", [
+    ({"threads": "3"}, {}, "--threads", "3 threads asked for, but this process may run on 2 CPU(s) (CPUs 0-1); use 1..2, "
+                                        "or allow more CPUs (taskset or --cpus)"),
+    ({}, {"MNN_GEMVBW_THREADS": "3"}, "MNN_GEMVBW_THREADS", "3 threads asked for, but this process may run on 2 CPU(s) "
+                                                            "(CPUs 0-1); use 1..2, or allow more CPUs (taskset or --cpus)"),
+    ({}, {"MNN_GEMVBW_THREADS": "two"}, "MNN_GEMVBW_THREADS", "'two' is not a whole number; use e.g. MNN_GEMVBW_THREADS=2"),
+    ({"threads": "two"}, {}, "--threads", "'two' is not a whole number; use e.g. --threads 2"),
+])
+def test_threads_refused_from_a_flag_or_a_variable_name_it(flags, env, source, message):
+    with pytest.raises(SettingsError) as err:
+        make(flags, env)
+    assert (err.value.source, err.value.message) == (source, message)
+
+
+def test_the_kernel_is_checked_at_the_runs_block(monkeypatch):
+    from gemvbw import settings as st
+
+    seen = []
+    monkeypatch.setattr(st, "check_kernel", lambda kernel, bits, act, block: seen.append((kernel, bits, block)) or kernel)
+    assert make({"kernel": "ref", "bits": "4", "block": "32", "act": "f32"}).kernel == "ref"
+    assert make({"kernel": "ref", "bits": "4", "act": "f32"}, {"MNN_GEMVBW_BLOCK": "128"}).kernel == "ref"
+    assert seen == [("ref", (4,), 32), ("ref", (4,), 128)]
 
 
 def test_csv_path_refusals_name_csv(tmp_path):

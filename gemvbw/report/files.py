@@ -54,6 +54,7 @@ def write_atomic(path: str, text: str) -> None:
     directory = os.path.dirname(real)  # realpath is absolute: never empty
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gemvbw-", suffix=".tmp")
     try:
+        # (an explicit codec, whatever the locale; Python reads codec names in any case, so "UTF-8" is the same)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
