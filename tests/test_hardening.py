@@ -96,7 +96,7 @@ def test_the_temporary_is_a_hidden_file_beside_the_result(tmp_path, monkeypatch)
     assert list(path.parent.iterdir()) == []
 
 
-def test_a_result_file_is_utf8_whatever_the_locale(tmp_path):
+def test_result_and_preset_files_are_utf8_whatever_the_locale(tmp_path):
     """Under a C locale with Python's UTF-8 mode off, open() would encode as ASCII: results, presets and
     --rerun files are still written and read as UTF-8."""
     script = (
