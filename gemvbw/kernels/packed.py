@@ -371,7 +371,9 @@ def _prepare(tag, lay, xq, d, xs):
         return lambda tag, lay, xq, d, xs: permuted_activations(xq, d, xs, lay[1], lay[3], lay[4])
 
 
-@overload(streams.step)
+# inlined by numba, not left to LLVM: on aarch64 without dotprod LLVM kept the neon tier's step (smull,
+# sadalp) out of line: a call per block pair, with its error check, in the hot loop (benchmarks/asm_check.py)
+@overload(streams.step, inline="always")
 def _step(tag, lay, k, s, act, acc):
     if _is_packed(tag):
         return lambda tag, lay, k, s, act, acc: _block_pair(tag, lay[0], k, lay[2], act[0], s, act[1], act[2], acc)

@@ -273,7 +273,8 @@ def _prepare(tag, lay, xq, d, xs):
         return lambda tag, lay, xq, d, xs: (xq, d, xs)
 
 
-@overload(streams.step)
+# inlined by numba, not left to LLVM's inliner (which kept a large step out of line: see gemvbw.kernels.packed)
+@overload(streams.step, inline="always")
 def _step(tag, lay, k, s, act, acc):
     if _is_tile(tag):
         return lambda tag, lay, k, s, act, acc: _tile(tag, lay[0], k, act[0], s, act[1], act[2], acc)
