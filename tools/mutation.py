@@ -6,6 +6,7 @@
     python tools/mutation.py --report-only        # the table of the last run, nothing rerun
     python tools/mutation.py --baseline ../old    # only what survived in another checkout's run, merged
     python tools/mutation.py --resume             # go on: every mutant here not yet killed, fastest first
+    python tools/mutation.py --retrace --resume   # the same, after mutmut traced every test again
 
 Every module takes the time of its survivors (each runs every test that reaches it): on 2
 cores, minutes for metrics, an hour or more for all of them. --baseline makes a second run
@@ -14,6 +15,12 @@ removed), and only the rest are run again here. --resume does the same within on
 a run stopped early, or survivors after new tests, are run again (mutmut otherwise reruns
 every mutant a pattern names, killed or not, and none that has a result when given none);
 mutmut takes them fastest first, so a run stopped again has checked the most it could.
+
+mutmut runs a mutant against the tests it saw reach the mutated function, traced in-process
+once per test and kept: a test that later calls more (an in-process check added beside a
+subprocess) is not run against the functions it now reaches. Seen here: five mutants of the
+result-file encoding showed as survivors until their test was traced again. --retrace forgets
+every test's trace, so mutmut traces the whole suite again (a few minutes) before it runs.
 
 Not part of CI. mutmut copies the package
 to mutants/ (ignored by git), and keeps each mutant's result there, so a second run only
@@ -129,6 +136,18 @@ def report(found: dict[str, dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def forget_traces(root: Path = ROOT) -> bool:
+    """Drop mutmut's record of which tests it has traced, so that it traces them all again on its next run (it
+    traces the tests it has no duration for). False when there is nothing to forget."""
+    path = root / "mutants" / "mutmut-stats.json"
+    if not path.exists():
+        return False
+    stats = json.loads(path.read_text())
+    stats["duration_by_test"] = {}
+    path.write_text(json.dumps(stats))
+    return True
+
+
 def not_killed(patterns: list[str]) -> list[str]:
     return [m for by in only(statuses(), patterns).values() for m, st in by.items() if st not in CAUGHT]
 
@@ -157,6 +176,8 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true", help="print the last run's table, run nothing")
     parser.add_argument("--resume", action="store_true",
                         help="run only the mutants here that are not killed yet (survivors and unchecked ones)")
+    parser.add_argument("--retrace", action="store_true",
+                        help="make mutmut trace every test again first (after tests changed what they call)")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="run only the mutants not killed in CHECKOUT's mutants/, and report the two merged")
     args = parser.parse_args()
@@ -168,6 +189,11 @@ def main() -> int:
     if args.resume and args.baseline:
         print("Error: --resume and --baseline are two ways of choosing what to run; give one", file=sys.stderr)
         return 2
+    if args.retrace and args.report_only:
+        print("Error: --retrace changes what the next run does; --report-only runs nothing", file=sys.stderr)
+        return 2
+    if args.retrace and not forget_traces():
+        print("note: no traces to forget (mutmut traces every test on its first run anyway)", file=sys.stderr)
     if args.resume:
         return resume(args.patterns, args.max_children)
     baseline = only(statuses(args.baseline), args.patterns) if args.baseline else None
