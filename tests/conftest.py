@@ -1,5 +1,7 @@
+import importlib.util
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,6 +9,21 @@ import pytest
 # --kernel auto calibrates once per machine and caches the choice: keep the tests' cache
 # out of the user's home, shared by the whole session (subprocesses inherit it)
 os.environ.setdefault("GEMVBW_CACHE_DIR", tempfile.mkdtemp(prefix="gemvbw-test-cache-"))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A script of the repository that is no package (benchmarks/, tools/), loaded as a module by its path."""
+    def load(relative: str, name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture

@@ -1,19 +1,11 @@
 """The parsing in benchmarks/run.py of the peers' printed tables (their figures go into RESULTS.md)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
 @pytest.fixture(scope="module")
-def run():
-    spec = importlib.util.spec_from_file_location("bench_run", RUN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def run(load_script):
+    return load_script("benchmarks/run.py", "bench_run")
 
 
 MNN_OUT = """

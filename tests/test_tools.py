@@ -1,20 +1,13 @@
 """tools/mutation.py's bookkeeping (mutmut itself is not run here: too slow for the suite)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-MUTATION = Path(__file__).resolve().parent.parent / "tools" / "mutation.py"
-
 
 @pytest.fixture(scope="module")
-def mutation():
-    spec = importlib.util.spec_from_file_location("mutation_tool", MUTATION)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def mutation(load_script):
+    return load_script("tools/mutation.py", "mutation_tool")
 
 
 def test_retrace_forgets_only_which_tests_were_traced(mutation, tmp_path):

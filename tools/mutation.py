@@ -20,7 +20,7 @@ mutmut runs a mutant against the tests it saw reach the mutated function, traced
 once per test and kept: a test that later calls more (an in-process check added beside a
 subprocess) is not run against the functions it now reaches. Seen here: five mutants of the
 result-file encoding showed as survivors until their test was traced again. --retrace forgets
-every test's trace, so mutmut traces the whole suite again (a few minutes) before it runs.
+every test's trace, so mutmut traces the whole suite again (one run of it) before it runs.
 
 Not part of CI. mutmut copies the package
 to mutants/ (ignored by git), and keeps each mutant's result there, so a second run only
