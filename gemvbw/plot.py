@@ -55,7 +55,9 @@ def plot(doc: dict, out_path: str) -> None:
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{a:.2f}" for a in ticks])
     ax.minorticks_off()
-    ax.set_ylim(0, max([rf.get("read_gbps") or 0, rf.get("memcpy_gbps") or 0] + [r["eff_gbps"] for r in results]) * 1.15)
+    top = max([rf.get("read_gbps") or 0, rf.get("memcpy_gbps") or 0] + [r["eff_gbps"] for r in results])
+    # a result with nothing above zero (no roofline, no row measured) still gets an axis, not an empty one
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
     ax.set_xlabel("arithmetic intensity, op/B (2 / bytes per weight)")
     ax.set_ylabel("eff GB/s (logical weight bytes / best group mean)")
     cpu = (doc.get("system") or {}).get("cpu", "?")

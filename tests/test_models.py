@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -204,6 +205,23 @@ def test_plot_writes_a_png(two_runs, tmp_path):
     assert res.exit_code == 0, res.output
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_plot_of_a_result_with_nothing_above_zero_has_an_axis(two_runs, tmp_path):
+    """No roofline and no rows (an interrupted run keeps such a file): a chart, without matplotlib's
+    warning about an empty y range (made an error here)."""
+    pytest.importorskip("matplotlib")
+    a, _ = two_runs
+    doc = json.loads(a.read_text())
+    doc["roofline"], doc["results"] = {}, []
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(doc))
+    out = tmp_path / "empty.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = run(["plot", str(empty), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_without_matplotlib_says_how_to_install(two_runs, tmp_path):
