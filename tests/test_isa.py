@@ -174,12 +174,12 @@ COMPILE_ONLY = textwrap.dedent("""
     from gemvbw.kernels import packed, streams, tile
     layout, tier, bits = sys.argv[1], sys.argv[2], int(sys.argv[3])
     a8, a16 = np.zeros(1, np.uint8), np.zeros(1, np.uint16)
-    f32, i64 = np.zeros(1, np.float32), np.zeros(1, np.int64)
-    meta = (np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
-    if layout == "4x2":
-        args = (packed.KernelTag(tier, bits), (a8, 1, a16, i64, 16), *meta)
-    else:
-        args = (tile.TileTag(tier, bits, 2), (a8, 1), *meta)
+    f32 = np.zeros(1, np.float32)
+    rest = (a8, np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
+    if layout == "4x2":  # (tag, copy, metadata, workspace, ...)
+        args = (packed.KernelTag(tier, bits), a8, a16, *rest)
+    else:  # the tiles hold their own metadata
+        args = (tile.TileTag(tier, bits, 2), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)
     fn.compile(sig)  # compiled for the CPU numba was told; never called

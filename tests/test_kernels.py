@@ -303,6 +303,51 @@ def test_int8_kernel_on_many_row_groups(spec, M, K):
     assert result.ok and result.max_rel_err < 1e-5, result.max_rel_err
 
 
+@pytest.mark.skipif(not I8, reason=NO_I8)
+@pytest.mark.parametrize("spec", I8, ids=spec_id)
+@pytest.mark.parametrize("M,K", [(40, 200), (32, 256)])
+def test_int8_kernel_calls_share_their_workspace_and_stay_exact(spec, M, K):
+    # one binding, called on three activations in turn (the quantized activations, the layout's scratch and the
+    # accumulators are kept between calls): each result is that call's own. 40x200 has a short last block and
+    # rows outside the groups (x * d is written for them), 32x256 none (it is skipped).
+    from gemvbw.verify import reference_gemv, relative_error
+
+    qm = random_quantized(M, K, bits=spec.bits, seed=M + K)
+    run = spec.bind(qm)
+    xs = [random_activations(K, seed=1), 40 * random_activations(K, seed=2), random_activations(K, seed=1)]
+    outs = []
+    for x in xs:
+        y = np.full(M, np.nan, np.float32)
+        run(x, y)
+        y_ref, bound = reference_gemv(qm, spec.reference_x(x, qm.block))
+        assert relative_error(y, y_ref, bound) < 1e-5
+        outs.append(y)
+    assert np.array_equal(outs[0], outs[2])
+
+
+def test_kernel_workspace_sections_are_lines_apart_and_checked():
+    from gemvbw.kernels import streams
+
+    K, nb, lanes, chunks, scratch = 200, 4, 16, 3, 100
+    o_d, o_xs, o_xdq, o_acc, o_scratch, size = streams.work_layout(K, nb, lanes, chunks, scratch)
+    starts = [0, o_d, o_xs, o_xdq, o_acc, o_scratch, size]
+    needs = [nb * 64, 4 * (nb + 1), 4 * nb, 4 * K, chunks * 8 * lanes, scratch]
+    assert all(s % 64 == 0 for s in starts)
+    assert all(b - a >= n for a, b, n in zip(starts, starts[1:], needs))
+    assert size - o_scratch < scratch + 64 and o_d == 256 and o_xs - o_d == 64
+    work = streams.new_work(K, nb, lanes, chunks, scratch)
+    assert work.dtype == np.uint8 and work.shape == (size,) and not work.any()
+    if I8:  # a kernel given a workspace too small for its shapes refuses to run
+        spec = I8[0]
+        qm = random_quantized(20, 200, bits=spec.bits)
+        mod = packed if spec.layout[0] == "4x2" else tile
+        x, y = kernels.typed_like(qm)
+        args = list(mod.kernel_args(spec.tier, qm, x, y, 2))
+        args[3] = args[3][:-64]
+        with pytest.raises(ValueError, match="workspace is smaller"):
+            numba.njit(lambda *a: streams.gemv_streams(*a))(*args)
+
+
 @pytest.mark.parametrize("V", [16, 32])
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 def test_activation_order_matches_the_code_vectors(V, bits):

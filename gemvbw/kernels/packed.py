@@ -41,7 +41,7 @@ from numba.extending import (NativeValue, intrinsic, models, overload, register_
 
 from gemvbw.kernels import FINGERPRINT, streams
 from gemvbw.kernels._common import ROWS
-from gemvbw.kernels.activations import SUPPORTED_BLOCK, permuted_activations
+from gemvbw.kernels.activations import SUPPORTED_BLOCK, permute_into
 from gemvbw.kernels.isa import PRIMITIVES
 from gemvbw.kernels.isa.common import I8, I32, V8F, const, halves, load, meta, off, prefetch, ptr, splat, vec
 
@@ -348,6 +348,8 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
 
 # --- packed-4x2 on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
 # lay = (codes, block pairs, metadata, activation order, half a layout vector)
+# the workspace's scratch per block pair: its permuted activations, then 8 lanes of d and of d * sum(xq)
+_SCRATCH_PER_PAIR = 2 * SUPPORTED_BLOCK + 2 * 8 * 4
 
 def _is_packed(tag):
     return isinstance(tag, KernelTagType)
@@ -365,10 +367,40 @@ def _acc_lanes(tag):
         return lambda tag: 2 * ROWS  # [4 rows x block 2q | 4 rows x block 2q+1]
 
 
-@overload(streams.prepare)
-def _prepare(tag, lay, xq, d, xs):
+def _order(tag):
+    prim = PRIMITIVES[tag.tier]
+    return act_order(tag.bits, layout_bytes(prim), prim.compute_bytes(tag.bits) if hasattr(prim, "compute_bytes")
+                     else None)
+
+
+@overload(streams.layout)
+def _layout(tag, copy, meta, K):
     if _is_packed(tag):
-        return lambda tag, lay, xq, d, xs: permuted_activations(xq, d, xs, lay[1], lay[3], lay[4])
+        order = _order(tag)  # a constant of the machine code
+        half = layout_bytes(PRIMITIVES[tag.tier]) // 2
+        return lambda tag, copy, meta, K: (copy, (K // SUPPORTED_BLOCK) // 2, meta, order, half)
+
+
+@overload(streams.scratch_bytes)
+def _scratch_bytes(tag, K):
+    if _is_packed(tag):
+        return lambda tag, K: (K // SUPPORTED_BLOCK) // 2 * _SCRATCH_PER_PAIR
+
+
+@njit(cache=True)
+def _permute(lay, xq, d, xs, scratch):
+    npairs = lay[1]
+    acts = scratch[:npairs * 2 * SUPPORTED_BLOCK].view(np.int8)
+    dd = scratch[npairs * 2 * SUPPORTED_BLOCK:npairs * (2 * SUPPORTED_BLOCK + 32)].view(np.float32)
+    xss = scratch[npairs * (2 * SUPPORTED_BLOCK + 32):npairs * _SCRATCH_PER_PAIR].view(np.float32)
+    permute_into(xq, d, xs, npairs, lay[3], lay[4], acts, dd, xss)
+    return acts, dd, xss
+
+
+@overload(streams.prepare)
+def _prepare(tag, lay, xq, d, xs, scratch):
+    if _is_packed(tag):
+        return lambda tag, lay, xq, d, xs, scratch: _permute(lay, xq, d, xs, scratch)
 
 
 # inlined by numba, not left to LLVM: on aarch64 without dotprod LLVM kept the neon tier's step (smull,
@@ -397,7 +429,8 @@ _PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
-    """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier (repacked now if not yet, untimed)."""
+    """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier (repacked now if not yet,
+    untimed), with a new workspace."""
     if qm.block != SUPPORTED_BLOCK:
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     prim = PRIMITIVES[tier]
@@ -407,18 +440,18 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
     if layout not in copies:  # verification, calibration and the timed run share one copy
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
-    order = act_order(qm.bits, V, prim.compute_bytes(qm.bits) if hasattr(prim, "compute_bytes") else None)
-    return (KernelTag(tier, qm.bits), (pc, npairs, pm, order, V // 2), qm.codes, qm.scale_raw, qm.offset_raw, x,
-            qm.block, y, chunks)
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, npairs * _SCRATCH_PER_PAIR)
+    return (KernelTag(tier, qm.bits), pc, pm, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks)
 
 
 def bind(tier: str, qm, chunks: int):
-    """run(x, y) of the tier's kernel for ``qm`` (repacked now, untimed; block 64 only)."""
+    """run(x, y) of the tier's kernel for ``qm`` (repacked now, untimed; block 64 only). Not reentrant: its
+    calls share one workspace."""
     from gemvbw.kernels import check_xy, compiled, typed_like
 
     args = kernel_args(tier, qm, *typed_like(qm), chunks)
     call = compiled(streams.gemv_streams, *args)
-    head, block = args[:5], args[6]
+    head, block = args[:7], args[8]
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         check_xy(x, y)

@@ -247,7 +247,7 @@ def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
 
 
 # --- column tiles on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
-# lay = (tiles, full blocks)
+# lay = (tiles, full blocks); the tiles hold their own metadata
 
 def _is_tile(tag):
     return isinstance(tag, TileTagType)
@@ -267,10 +267,22 @@ def _acc_lanes(tag):
         return lambda tag: rows
 
 
+@overload(streams.layout)
+def _layout(tag, copy, meta, K):
+    if _is_tile(tag):
+        return lambda tag, copy, meta, K: (copy, K // SUPPORTED_BLOCK)
+
+
+@overload(streams.scratch_bytes)
+def _scratch_bytes(tag, K):
+    if _is_tile(tag):
+        return lambda tag, K: 0
+
+
 @overload(streams.prepare)
-def _prepare(tag, lay, xq, d, xs):
+def _prepare(tag, lay, xq, d, xs, scratch):
     if _is_tile(tag):  # activations in their natural order
-        return lambda tag, lay, xq, d, xs: (xq, d, xs)
+        return lambda tag, lay, xq, d, xs, scratch: (xq, d, xs)
 
 
 # inlined by numba, not left to LLVM's inliner (which kept a large step out of line: see gemvbw.kernels.packed)
@@ -294,7 +306,7 @@ def _first_leftover(tag, lay):
 
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
-    now if not yet, untimed; block 64 only)."""
+    now if not yet, untimed; block 64 only), with a new workspace."""
     from gemvbw.kernels.packed import _PACKED
 
     if qm.block != SUPPORTED_BLOCK:
@@ -304,17 +316,20 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
     layout = ("c4", rows)
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
-    return (TileTag(tier, qm.bits, qm.meta_bytes, ahead), copies[layout], qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y,
-            chunks)
+    pc, _ = copies[layout]
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, 0)
+    return (TileTag(tier, qm.bits, qm.meta_bytes, ahead), pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x,
+            qm.block, y, chunks)
 
 
 def bind(tier: str, qm, chunks: int, ahead: int | None = None):
-    """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only)."""
+    """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only). Not
+    reentrant: its calls share one workspace."""
     from gemvbw.kernels import check_xy, compiled, typed_like
 
     args = kernel_args(tier, qm, *typed_like(qm), chunks, ahead)
     call = compiled(streams.gemv_streams, *args)
-    head, block = args[:5], args[6]
+    head, block = args[:7], args[8]
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         check_xy(x, y)
