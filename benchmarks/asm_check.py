@@ -46,7 +46,10 @@ BAD = (re.compile(r"^(ldrb|ldrsb|ldrh|ldrsh|ins)\b|^mov\s+v\d+\.b\[") if ARM els
 
 
 def _norm(line: str) -> str:
-    return " ".join(line.split())
+    """One space between the words, and no encoding prefix: LLVM writes "{vex} vpdpbusd" where the target has both
+    AVX-VNNI and AVX-512 VNNI (znver5, sapphirerapids) and it picked the shorter VEX form."""
+    words = line.split()
+    return " ".join(words[1:] if words and words[0] in ("{vex}", "{evex}") else words)
 
 
 def fresh_asm(spec: kernels.KernelSpec) -> str:

@@ -65,6 +65,9 @@ TIERS: tuple[Tier, ...] = (
     Tier("avxvnni", "x86_64", ("avx_vnni", "avx2", "f16c"), ("avxvnni", "avx2", "f16c"), 25,
          "AVX-VNNI vpdpbusd, VEX-encoded (4 u8 x s8 products into each int32 lane), for CPUs without AVX-512",
          tile_rows=8, tile_priority=35),
+    Tier("avx512bw", "x86_64", ("avx512bw", "avx2", "fma", "f16c"), ("avx512bw", "avx2", "fma", "f16c"), 15,
+         "AVX-512BW vpmaddubsw + vpmaddwd on 512-bit registers (u8 x s8 pairs into int16, then int32), for CPUs "
+         "with AVX-512 but without VNNI"),
     Tier("avx2", "x86_64", ("avx2", "fma", "f16c"), ("avx2", "fma", "f16c"), 10,
          "AVX2 vpmaddubsw + vpmaddwd (u8 x s8 pairs into int16, then int32)"),
     Tier("neon-dotprod", "aarch64", ("asimd", "asimddp"), ("neon", "dotprod"), 20,

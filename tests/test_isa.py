@@ -61,9 +61,13 @@ def test_arm_tiers_follow_the_hwcaps(flags, expected):
 
 
 @pytest.mark.parametrize("flags,expected", [
-    (["avx2", "fma", "f16c", "avx512bw", "avx512vl", "avx512_vnni"], ["avx512vnni", "avx512vnni-zmm", "avx2"]),
+    (["avx2", "fma", "f16c", "avx512bw", "avx512vl", "avx512_vnni"],
+     ["avx512vnni", "avx512vnni-zmm", "avx512bw", "avx2"]),  # Ice Lake-SP, Zen 4
+    (["avx2", "fma", "f16c", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni"],
+     ["avx512vnni", "avx512vnni-zmm", "avxvnni", "avx512bw", "avx2"]),  # Zen 5
     (["avx2", "fma", "f16c", "avx_vnni"], ["avxvnni", "avx2"]),  # Alder Lake
-    (["avx2", "fma", "f16c", "avx512bw", "avx512vl"], ["avx2"]),  # Skylake-X: AVX-512 without VNNI
+    (["avx2", "fma", "f16c", "avx512bw", "avx512vl"], ["avx512bw", "avx2"]),  # Skylake-X: AVX-512 without VNNI
+    (["avx2", "fma", "f16c", "avx512f"], ["avx2"]),  # AVX-512 without BW (Knights Landing)
     (["avx2", "fma", "f16c"], ["avx2"]),
     (["fma"], []),
 ])
@@ -195,6 +199,9 @@ FOREIGN = {
     "avx512vnni": ("znver4", [r"^vpdpbusd .*ymm"], [r"\{vex\}", r"vpmaddubsw"]),
     "avx512vnni-zmm": ("sapphirerapids", [r"^vpdpbusd .*zmm"], [r"vpmaddubsw"]),
     "avxvnni": ("alderlake", [r"^\{vex\} vpdpbusd"], [r"zmm", r"vpmaddubsw"]),
+    # Skylake-X: 512-bit vpmaddubsw and vpmaddwd, nothing of VNNI (LLVM fuses vpmaddwd + vpaddd into vpdpwssd
+    # where the target has it)
+    "avx512bw": ("skylake-avx512", [r"^vpmaddubsw .*zmm", r"^vpmaddwd .*zmm"], [r"vpdpbusd", r"vpdpwssd"]),
     "avx2": ("haswell", [r"^vpmaddubsw", r"^vpmaddwd"], [r"vpdpbusd", r"zmm"]),
     "neon-dotprod": ("cortex-a76", [r"^sdot"], [r"smull"]),
     "neon": ("cortex-a53", [r"^smull", r"^s(ad|addl)alp|^saddlp"], [r"sdot"]),
@@ -214,6 +221,8 @@ def test_every_tier_compiles_to_its_instructions(tier, bits, tmp_path):
     cpu, present, absent = FOREIGN[tier]
     if (tier, bits) == ("avx512vnni-zmm", 3):  # w3's 48-byte row pair stays on 256-bit registers
         present = [r"vpdpbusd .*ymm"]  # (VEX-encoded where the CPU has AVX-VNNI too)
+    if (tier, bits) == ("avx512bw", 3):
+        present = [r"^vpmaddubsw .*ymm", r"^vpmaddwd .*ymm"]
     _compiled_for(cpu, "4x2", tier, bits, present, absent, tmp_path)
 
 

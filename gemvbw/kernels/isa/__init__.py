@@ -17,6 +17,6 @@ registry does that only for tiers gemvbw.tiers found usable.
 from __future__ import annotations
 
 from gemvbw.kernels.isa.neon import Neon, NeonDotprod
-from gemvbw.kernels.isa.x86 import Avx2, AvxVnni, Vnni, Vnni512
+from gemvbw.kernels.isa.x86 import Avx2, Avx512Bw, AvxVnni, Vnni, Vnni512
 
-PRIMITIVES = {p.tier: p() for p in (Vnni512, Vnni, AvxVnni, Avx2, NeonDotprod, Neon)}
+PRIMITIVES = {p.tier: p() for p in (Vnni512, Vnni, AvxVnni, Avx512Bw, Avx2, NeonDotprod, Neon)}

@@ -11,9 +11,22 @@ from __future__ import annotations
 
 from gemvbw.kernels.isa.common import I1, I8, I16, I32, V8I32, const, fn, splat, vec
 
-V32I8, V16I16 = vec(I8, 32), vec(I16, 16)
+V32I8 = vec(I8, 32)
 INT16_MAX = 32767
 ACT_MAX = 127  # |x| of an int8 activation (x / d with d = max|x| / 127)
+# vpmaddubsw and vpmaddwd by the bytes of a vector: AVX2's on 256-bit registers, AVX-512BW's on 512-bit ones
+_MADD = {32: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+         64: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512")}
+
+
+def _signed_like(builder, x, c):
+    """x with the sign of c in each byte (where c is 0, its |c| = 0 makes the product 0 whatever this is):
+    AVX2's vpsignb; AVX-512 has no vpsignb, so there a negation under the mask of c's sign bits."""
+    n = x.type.count
+    if n == 32:
+        return builder.call(fn(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8]), [x, c])
+    negative = builder.icmp_signed("<", c, splat(c.type, 0))
+    return builder.select(negative, builder.sub(splat(x.type, 0), x), x)
 
 
 class Avx2:
@@ -30,16 +43,19 @@ class Avx2:
     prefetch_ahead = {8: 0, 4: 2048, 3: 2048, 2: 2048}
 
     def dot(self, builder, terms, code_max):
-        """<8 x i32>: the products of (codes, activations) <32 x i8> pairs, each lane the sum of four
-        neighbouring bytes' products. code_max None: s8 codes (w8, c - 128), through the sign trick."""
-        ubsw = fn(builder, "llvm.x86.avx2.pmadd.ub.sw", V16I16, [V32I8, V32I8])
-        wd = fn(builder, "llvm.x86.avx2.pmadd.wd", V8I32, [V16I16, V16I16])
-        ones = splat(V16I16, 1)
+        """<n/4 x i32>: the products of (codes, activations) <n x i8> pairs (n = 32, or 64 on AVX-512BW), each
+        lane the sum of four neighbouring bytes' products. code_max None: s8 codes (w8, c - 128), through the
+        sign trick."""
+        n = terms[0][0].type.count
+        v8, v16, v32 = vec(I8, n), vec(I16, n // 2), vec(I32, n // 4)
+        ubsw_name, wd_name = _MADD[n]
+        ubsw = fn(builder, ubsw_name, v16, [v8, v8])
+        wd = fn(builder, wd_name, v32, [v16, v16])
+        ones = splat(v16, 1)
         if code_max is None:
-            absb = fn(builder, "llvm.abs.v32i8", V32I8, [V32I8, I1])
-            sign = fn(builder, "llvm.x86.avx2.psign.b", V32I8, [V32I8, V32I8])
+            absb = fn(builder, f"llvm.abs.v{n}i8", v8, [v8, I1])
             # a pair sum reaches 2 * 128 * 127 = 32512: each vpmaddubsw is widened on its own
-            groups = [[(builder.call(absb, [c, const(0, I1)]), builder.call(sign, [x, c]))] for c, x in terms]
+            groups = [[(builder.call(absb, [c, const(0, I1)]), _signed_like(builder, x, c))] for c, x in terms]
         else:
             # int16 sums of several vpmaddubsw results stay exact while they cannot exceed 32767
             per = max(1, INT16_MAX // (2 * code_max * ACT_MAX))
@@ -105,3 +121,17 @@ class Vnni512(Vnni):
     @staticmethod
     def compute_bytes(bits: int) -> int:
         return 32 if bits == 3 else 64
+
+
+class Avx512Bw(Avx2):
+    """AVX-512BW without VNNI (Skylake-X and -SP): AVX2's vpmaddubsw + vpmaddwd, on 512-bit registers over the
+    256-bit layout, two of its vectors per instruction as Vnni512 does (w3, whose row pair is 48 bytes, on 256-bit
+    registers). The same int16 saturation as AVX2's: w8 codes stored as c - 128 and multiplied through the sign
+    trick, and no column tiles. On Skylake-SP a 512-bit vpmaddubsw takes the fused ports 0+1 or port 5, so it does
+    the work of two 256-bit ones where the core has the second 512-bit unit (not measured: no such CPU here)."""
+
+    tier = "avx512bw"
+    layout_bytes = 32
+    vector_bytes = 32
+    compute_bytes = staticmethod(Vnni512.compute_bytes)
+
