@@ -348,8 +348,14 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
 
 # --- packed-4x2 on the shared skeleton (gemvbw.kernels.streams) ----------------------------------
 # lay = (codes, block pairs, metadata, activation order, half a layout vector)
-# the workspace's scratch per block pair: its permuted activations, then 8 lanes of d and of d * sum(xq)
-_SCRATCH_PER_PAIR = 2 * SUPPORTED_BLOCK + 2 * 8 * 4
+@njit(cache=True)
+def _scratch_sections(npairs):
+    """Where in the workspace's scratch (bytes) the 8 lanes of d and of d * sum(xq) per block pair start,
+    after the pairs' permuted activations (two blocks of int8 each), and the scratch's size: the one
+    formula for the kernel (which carves the scratch) and for Python (which allocates it)."""
+    o_dd = npairs * 2 * SUPPORTED_BLOCK
+    o_xss = o_dd + npairs * 8 * 4
+    return o_dd, o_xss, o_xss + npairs * 8 * 4
 
 def _is_packed(tag):
     return isinstance(tag, KernelTagType)
@@ -384,15 +390,16 @@ def _layout(tag, copy, meta, K):
 @overload(streams.scratch_bytes)
 def _scratch_bytes(tag, K):
     if _is_packed(tag):
-        return lambda tag, K: (K // SUPPORTED_BLOCK) // 2 * _SCRATCH_PER_PAIR
+        return lambda tag, K: _scratch_sections((K // SUPPORTED_BLOCK) // 2)[2]
 
 
 @njit(cache=True)
 def _permute(lay, xq, d, xs, scratch):
     npairs = lay[1]
-    acts = scratch[:npairs * 2 * SUPPORTED_BLOCK].view(np.int8)
-    dd = scratch[npairs * 2 * SUPPORTED_BLOCK:npairs * (2 * SUPPORTED_BLOCK + 32)].view(np.float32)
-    xss = scratch[npairs * (2 * SUPPORTED_BLOCK + 32):npairs * _SCRATCH_PER_PAIR].view(np.float32)
+    o_dd, o_xss, size = _scratch_sections(npairs)
+    acts = scratch[:o_dd].view(np.int8)
+    dd = scratch[o_dd:o_xss].view(np.float32)
+    xss = scratch[o_xss:size].view(np.float32)
     permute_into(xq, d, xs, npairs, lay[3], lay[4], acts, dd, xss)
     return acts, dd, xss
 
@@ -440,21 +447,13 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
     if layout not in copies:  # verification, calibration and the timed run share one copy
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
-    work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, npairs * _SCRATCH_PER_PAIR)
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, _scratch_sections(npairs)[2])
     return (KernelTag(tier, qm.bits), pc, pm, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks)
 
 
 def bind(tier: str, qm, chunks: int):
     """run(x, y) of the tier's kernel for ``qm`` (repacked now, untimed; block 64 only). Not reentrant: its
     calls share one workspace."""
-    from gemvbw.kernels import check_xy, compiled, typed_like
+    from gemvbw.kernels import typed_like
 
-    args = kernel_args(tier, qm, *typed_like(qm), chunks)
-    call = compiled(streams.gemv_streams, *args)
-    head, block = args[:7], args[8]
-
-    def run(x: np.ndarray, y: np.ndarray) -> None:
-        check_xy(x, y)
-        call(*head, x, block, y, chunks)
-
-    return run
+    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks))

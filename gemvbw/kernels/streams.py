@@ -134,6 +134,21 @@ def new_work(K: int, nb: int, lanes: int, chunks: int, scratch: int) -> np.ndarr
     return np.zeros(work_layout(K, nb, lanes, chunks, scratch)[-1], np.uint8)
 
 
+def bind(args: tuple):
+    """run(x, y) of :func:`gemv_streams` on a layout's ``kernel_args`` (whose x and y give the types it is
+    compiled for), for either layout. Not reentrant: its calls share the workspace in ``args``."""
+    from gemvbw.kernels import check_xy, compiled
+
+    call = compiled(gemv_streams, *args)
+    head, block, chunks = args[:7], args[8], args[10]  # everything but x (7) and y (9) is fixed when bound
+
+    def run(x: np.ndarray, y: np.ndarray) -> None:
+        check_xy(x, y)
+        call(*head, x, block, y, chunks)
+
+    return run
+
+
 # --- the skeleton ---------------------------------------------------------------------------------
 
 @njit(cache=True, fastmath=FASTMATH)

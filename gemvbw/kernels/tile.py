@@ -273,10 +273,13 @@ def _layout(tag, copy, meta, K):
         return lambda tag, copy, meta, K: (copy, K // SUPPORTED_BLOCK)
 
 
+_SCRATCH_BYTES = 0  # the tiles read the quantized activations where they are: no scratch, for any K
+
+
 @overload(streams.scratch_bytes)
 def _scratch_bytes(tag, K):
     if _is_tile(tag):
-        return lambda tag, K: 0
+        return lambda tag, K: _SCRATCH_BYTES
 
 
 @overload(streams.prepare)
@@ -317,7 +320,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
     pc, _ = copies[layout]
-    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, 0)
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES)
     return (TileTag(tier, qm.bits, qm.meta_bytes, ahead), pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x,
             qm.block, y, chunks)
 
@@ -325,14 +328,6 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
 def bind(tier: str, qm, chunks: int, ahead: int | None = None):
     """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only). Not
     reentrant: its calls share one workspace."""
-    from gemvbw.kernels import check_xy, compiled, typed_like
+    from gemvbw.kernels import typed_like
 
-    args = kernel_args(tier, qm, *typed_like(qm), chunks, ahead)
-    call = compiled(streams.gemv_streams, *args)
-    head, block = args[:7], args[8]
-
-    def run(x: np.ndarray, y: np.ndarray) -> None:
-        check_xy(x, y)
-        call(*head, x, block, y, chunks)
-
-    return run
+    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead))
