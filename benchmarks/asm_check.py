@@ -59,7 +59,8 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     y = np.zeros(64, np.float32)
     if spec.layout is not None:  # the int8 layouts share one skeleton
         fn = streams.gemv_streams
-        args = (packed if spec.layout[0] == "4x2" else tile).kernel_args(spec.tier, qm, x, y, 8)
+        args = (packed.kernel_args(spec.tier, qm, x, y, 8) if spec.layout[0] == "4x2"
+                else tile.kernel_args(spec.tier, qm, x, y, 8, spec.ahead))
     else:
         from gemvbw.kernels import w2, w3, w4, w8
 

@@ -48,8 +48,9 @@ class Tier:
         return " ".join(self.cpu_flags)
 
     def variants(self) -> list[str]:
-        """The int8 variant names of this tier, the preferred first."""
-        return ([f"packed-{self.tile_rows}c4-{self.name}"] if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
+        """The int8 variant names of this tier, the preferred first (a tile's -prfm twin: w4, w3 and w2 only)."""
+        tiles = [f"packed-{self.tile_rows}c4-{self.name}", f"packed-{self.tile_rows}c4-{self.name}-prfm"]
+        return (tiles if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
 
 
 # Best first within an architecture. The dot product of each: what it does per instruction.

@@ -87,7 +87,12 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     vnni = [by_name("avx512vnni-zmm"), by_name("avxvnni")]
     specs = kernels.i8_specs(vnni)
     assert {(s.bits, s.variant) for s in specs if "c4" in s.variant} == {
-        (b, v) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+        (b, v) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")} | {
+        (b, v + "-prfm") for b in (4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+    # the prefetching twin prefetches, the plain tile does not; each the tile's own layout (one repacked copy)
+    assert {s.ahead > 0 for s in specs if s.variant.endswith("-prfm")} == {True}
+    assert {s.ahead for s in specs if "c4" in s.variant and not s.variant.endswith("-prfm")} == {0}
+    assert len({s.layout for s in specs if s.bits == 4 and "16c4" in s.variant}) == 1
     # a column tile is preferred over its tier's packed-4x2 where no calibration says otherwise
     assert all(a.priority > b.priority for a in specs if "c4" in a.variant for b in specs if "4x2" in b.variant)
 
@@ -182,8 +187,9 @@ COMPILE_ONLY = textwrap.dedent("""
     rest = (a8, np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.uint16), f32, 64, f32, 1)
     if layout == "4x2":  # (tag, copy, metadata, workspace, ...)
         args = (packed.KernelTag(tier, bits), a8, a16, *rest)
-    else:  # the tiles hold their own metadata
-        args = (tile.TileTag(tier, bits, 2), a8, a8, *rest)
+    else:  # the tiles hold their own metadata; "c4-prfm": the twin that prefetches
+        ahead = tile.PRFM_AHEAD[bits] if layout == "c4-prfm" else None
+        args = (tile.TileTag(tier, bits, 2, ahead), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)
     fn.compile(sig)  # compiled for the CPU numba was told; never called
@@ -260,7 +266,14 @@ def test_column_tiles_compile_to_broadcast_dot_products(tier, bits, tmp_path):
     if bits == 3 and tier != "avxvnni":  # w3's two planes multiply the same four activations: LLVM broadcasts
         # each word into a register once for both instead of folding it into each vpdpbusd
         present = [r"^vpdpbusd .*" + ("zmm" if tier.endswith("zmm") else "ymm"), r"^vpbroadcastd"]
-    _compiled_for(cpu, "c4", tier, bits, present, absent, tmp_path)
+    _compiled_for(cpu, "c4", tier, bits, present, [*absent, r"^prefetch"], tmp_path)
+
+
+def test_the_prefetching_tile_prefetches(tmp_path):
+    if ARCH != "x86_64":
+        pytest.skip(f"the column tiles are x86_64's; numba here targets {ARCH} only")
+    cpu, present, absent = TILE_FOREIGN["avx512vnni-zmm"]
+    _compiled_for(cpu, "c4-prfm", "avx512vnni-zmm", 4, [*present, r"^prefetchnta"], absent, tmp_path)
 
 
 def test_sweep_refuses_a_numba_target_this_cpu_cannot_run(tmp_path):

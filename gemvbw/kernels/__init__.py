@@ -66,6 +66,8 @@ class KernelSpec:
     # variants of one layout share one repacked copy of a matrix
     tier: str | None = None
     layout: tuple | None = None
+    # column tiles: bytes the variant prefetches ahead in its stream (0: none; the -prfm variants)
+    ahead: int = 0
 
     def session(self, threads: int) -> ContextManager:
         return self.context(threads) if self.context is not None else contextlib.nullcontext()
@@ -213,6 +215,7 @@ def _describe(fn) -> str:
 # The alias "packed" means the preferred one of them: a column tile where the tier has one (each tier's
 # tile_priority, above every packed-4x2; measured, see gemvbw.kernels.tile).
 PACKED_PREFIX = "packed-4x2-"
+PRFM_SUFFIX = "-prfm"  # a column tile that prefetches ahead in its stream (XNNPACK names its own so)
 ALIASES = {"packed": "packed-"}
 
 
@@ -225,11 +228,11 @@ def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
-def _tile_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
+def _tile_binder(tier: str, ahead: int) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
         from gemvbw.kernels import tile
 
-        return tile.bind(tier, qm, 4 * numba.get_num_threads())
+        return tile.bind(tier, qm, 4 * numba.get_num_threads(), ahead)
 
     return bind
 
@@ -251,12 +254,18 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 layout=("4x2", packed.layout_bytes(prim), packed.code_bias(prim, bits))))
         if t.name in tile.tile_tiers():
             rows = tile.tile_rows(t.name)
-            specs += [KernelSpec(
-                bits, "i8", f"packed-{rows}c4-{t.name}",
-                f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
-                f"activations broadcast per instruction; {t.summary}",
-                _tile_binder(t.name), priority=t.tile_priority, activations=dequantized_activations,
-                blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows)) for bits in tile.WIDTHS]
+            for bits in tile.WIDTHS:
+                # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
+                ways = [("", tile.PREFETCH_AHEAD[bits], "")] + ([(
+                    PRFM_SUFFIX, tile.PRFM_AHEAD[bits], f"; prefetches {tile.PRFM_AHEAD[bits]} bytes ahead in its stream"
+                )] if bits in tile.PRFM_AHEAD else [])
+                specs += [KernelSpec(
+                    bits, "i8", f"packed-{rows}c4-{t.name}{suffix}",
+                    f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
+                    f"activations broadcast per instruction{what}; {t.summary}",
+                    _tile_binder(t.name, ahead), priority=t.tile_priority - (1 if suffix else 0),
+                    activations=dequantized_activations, blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows),
+                    ahead=ahead) for suffix, ahead, what in ways]
     return specs
 
 

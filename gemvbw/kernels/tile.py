@@ -45,11 +45,19 @@ from gemvbw.kernels.isa.common import F32, I8, I32, broadcast, const, load, meta
 
 WIDTHS = (8, 4, 3, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
-# bytes ahead in the tile stream to prefetch, per width (0: none). Measured on Zen 4, 4096x14336, cold, interleaved
-# against ahead=0: at 2 threads every distance from 512 B to 4 KiB was slower (w4 98 -> 80-81 % of a plain read,
-# w2 93 -> 81-90 %); at 1 thread w2 gained (87 -> 90-96 %) and w4 lost. So none: a distance chosen by thread
-# count was not built.
+# bytes ahead in the tile stream to prefetch (prefetchnta, one line per line of the tile), per width, 0: none.
+# Whether it pays depends on the CPU, so each tile tier has two variants and --kernel auto measures both: the
+# plain one (no prefetch) and "-prfm" (PRFM_AHEAD; w4, w3 and w2 only). Measured, 4096x14336, cold, each variant
+# interleaved in one process against a plain read of the same bytes (16c4-zmm, medians of 9-11 rounds, % of
+# that read):
+# - Zen 4: at 2 threads every distance from 512 B to 4 KiB was slower (w4 98 -> 80-81 %, w2 93 -> 81-90 %); at
+#   1 thread it helped w2 (87 -> 90-96 %) and slowed w4.
+# - Zen 5 (2026-12-02; three runs at 1 thread, two at 2), 4 KiB ahead: 1 thread w3 77-81 -> 93-97 %, w2 76-80 ->
+#   84-92 %, w4 mixed (90 -> 84, 89 -> 89, 64 -> 84 %); 2 threads w4 74-76 -> 89-95 %, w3 42-55 -> 91-97 %, w2
+#   77-79 -> 88-90 %. 8 and 16 KiB, and prefetcht0, did about as well. w8 lost in every run (1 thread 97-107 ->
+#   92-102 %, 2 threads 90-100 -> 82-95 %): it streams at the wall without, so it has no -prfm variant.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
+PRFM_AHEAD = {4: 4096, 3: 4096, 2: 4096}
 
 
 def tile_tiers() -> list[str]:
