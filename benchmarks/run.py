@@ -8,15 +8,17 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    (lm_head), cold cache, every width and variant, at the largest thread count;
 2. for each thread count (default 1 and all CPUs in the affinity mask): gemvbw sweep --act i8
    --kernel all on the three shapes, cold, every int8 tier this CPU runs, and the same warm
-   (--flush-mib 0) at 4096x14336;
+   (--flush-mib 0) at 4096x14336; twice, the peers' second run between the two, each figure the
+   better of its two (as each peer's is);
 3. gemvbw model qwen3-0.6b --bits 4, with the default (int8) and f32 activations;
 4. benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier);
 5. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
-   before and after gemvbw's sweeps (best of the two), for a side-by-side on the same machine.
+   before gemvbw's sweeps and between its two int8 runs (best of the two), for a side-by-side on the same
+   machine.
    It uses as many threads as the machine has CPUs. Build ggml yourself (nothing here builds it).
 6. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
-   best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also before and
-   after, for a cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
+   best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also twice, at the
+   same points, for a cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
    -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with AVX-512: see peers/README.md). MNN's
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
@@ -97,6 +99,24 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 
 
+def merged(first: dict, second: dict) -> dict:
+    """Two sweeps of the same settings as one record, as the peers' two runs are taken: per shape, width and
+    variant the faster row of the two, each row with its own sweep's %read. The first's system and settings;
+    both read rooflines under "reads"."""
+    rows: dict[tuple, dict] = {}
+    for r in first["results"] + second["results"]:
+        key = (r["M"], r["K"], r["bits"], r["variant"])
+        if key not in rows or r["best_avg_us"] < rows[key]["best_avg_us"]:
+            rows[key] = r
+    return {**first, "results": list(rows.values()),
+            "reads": [first["roofline"]["read_gbps"], second["roofline"]["read_gbps"]]}
+
+
+def reads(doc: dict) -> str:
+    """The read roofline(s) a record's rows were measured against."""
+    return " and ".join(f"{g:.1f}" for g in doc.get("reads", [doc["roofline"]["read_gbps"]])) + " GB/s"
+
+
 def best(doc: dict, shape: str, bits: int) -> dict | None:
     M, K = map(int, shape.split("x"))
     rows = [r for r in doc["results"] if (r["M"], r["K"], r["bits"]) == (M, K, bits)]
@@ -170,8 +190,8 @@ LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
 
 
 def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336") -> list[str]:
-    read = i8["roofline"]["read_gbps"]
-    lines = [f"read roofline of this run: {read:.1f} GB/s at {i8['roofline']['threads']} thread(s)", "",
+    lines = [f"read roofline of this run: {reads(i8)} at {i8['roofline']['threads']} thread(s) (each row's %read "
+             "against its own sweep's)", "",
              "width | gemvbw (best tier) | %read (bar) | t(wN)/t(w8) (bar) | MNN / gemvbw (bar 1.3, or gemvbw >= 95% "
              "of read and no slower)", "---|---|---|---|---"]
     t8 = best(i8, shape, 8)
@@ -251,11 +271,17 @@ def main() -> int:
     mnn_runs = {t: [{shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES}] for t in counts} if args.mnn_bin else {}
     shapes = sum((["--shape", s] for s in SHAPES), [])
     f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, "--threads", str(top))
+    def int8_sweeps(t: int) -> tuple[dict, dict]:  # cold on every shape, and warm at 4096x14336
+        return (gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, "--threads", str(t)),
+                gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
+                       *it, "--threads", str(t)))
+
+    # gemvbw's int8 sweeps run twice, each peer's run between them, and every figure is the better of two, as the
+    # peers' are: on a host whose bandwidth moves from minute to minute one sample against the better of two
+    # would favour the peer
     i8, warm = {}, {}
     for t in counts:
-        i8[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, "--threads", str(t))
-        warm[t] = gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
-                         *it, "--threads", str(t))
+        i8[t], warm[t] = int8_sweeps(t)
     walls = {}
     for t in counts:  # each tier against a plain read of the same bytes, interleaved (the wall it had)
         with tempfile.TemporaryDirectory() as d:
@@ -268,6 +294,9 @@ def main() -> int:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
         mnn_runs[t].append({shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES})
+    for t in counts:
+        again, warm_again = int8_sweeps(t)
+        i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
     models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, "--threads", str(top))
               for act in ("auto", "f32")}
     with tempfile.TemporaryDirectory() as d:
@@ -289,10 +318,12 @@ def main() -> int:
         f"llvmlite {s['llvmlite']}, numpy {s['numpy']}, Python {s['python']}.", "",
         "Rooflines in the same run: " + "; ".join(
             f"{t} thread(s): memcpy {i8[t]['roofline']['memcpy_gbps']:.1f} GB/s (read+write counted), read "
-            f"{i8[t]['roofline']['read_gbps']:.1f} GB/s, {_empty_call(i8[t])}" for t in counts) + ".", "",
+            f"{reads(i8[t])} (the int8 sweep's two runs), {_empty_call(i8[t])}" for t in counts) + ".", "",
         f"Method: cold cache ({f32['settings']['flush_mib']} MiB flush before every call), best of "
         f"{f32['settings']['reps']} groups of {f32['settings']['iters']} calls, block 64, fp16 metadata; every "
-        "kernel verified against the numpy reference first. `t(wN)/t(w8)` compares the fastest variant of each "
+        "kernel verified against the numpy reference first. The int8 sweeps ran twice, before and after the "
+        "peers' second run, and each int8 row is the faster of its two figures (with that sweep's %read), as each "
+        "peer's figure is the better of its two runs. `t(wN)/t(w8)` compares the fastest variant of each "
         "width; `vs ref` is the speed-up over the reference loop of the same width.", "",
     ]
     for t in counts:
@@ -309,28 +340,28 @@ def main() -> int:
         lines += ["### Warm (`--flush-mib 0`), 4096x14336", ""] + shape_table(warm[t], "4096x14336")[2:]
         if t in mnn_runs:
             lines += [f"### Side by side with MNN, {t} thread(s)", "",
-                      f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before and after gemvbw's "
-                      "sweeps; the better of its two latencies is shown. Both are cold (a 64 MiB read before every "
-                      "call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes "
+                      f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before gemvbw's sweeps and "
+                      "between its two int8 runs; the better of its two latencies is shown, beside gemvbw's better. "
+                      "Both are cold (a 64 MiB read before every call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes "
                       "longer than gemvbw. MNN's raw output is in `benchmarks/peers/`.", ""]
             for shape in SHAPES:
                 lines += mnn_side_by_side(i8[t], best_of(mnn_runs[t], shape), shape)
     if ggml_runs:
         ggml = {k: min(run[1].get(k, float("inf")) for run in ggml_runs) for k in ggml_runs[0][1]}
         lines += [f"## Side by side with ggml, 4096x14336, n=1, {cpus} threads", "",
-                  "ggml's `test-backend-ops perf` ran before and after gemvbw's sweeps; the better of its two "
+                  "ggml's `test-backend-ops perf` ran before gemvbw's sweeps and between its two int8 runs; the better of its two "
                   "latencies is shown. It repeats one matrix (warm), so it is set beside gemvbw's warm figures. "
                   "Its raw output is in `benchmarks/peers/`.", ""]
         lines += ggml_side_by_side(i8[top], warm[top], ggml)
         (HERE / "peers").mkdir(exist_ok=True)
         (HERE / "peers" / "ggml-mul-mat-4096x14336.txt").write_text(
             f"# test-backend-ops perf -o MUL_MAT -b CPU at 4096x14336 n=1, {started:%Y-%m-%d}, two runs (before "
-            "and after gemvbw's sweeps)\n" + "\n".join(r[0] for r in ggml_runs))
+            "gemvbw's sweeps and between its two int8 runs)\n" + "\n".join(r[0] for r in ggml_runs))
     if mnn_runs:
         (HERE / "peers").mkdir(exist_ok=True)
         (HERE / "peers" / "mnn-gemvbw.txt").write_text(
             f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 THREADS, {started:%Y-%m-%d}, "
-            "each thread count and shape before and after gemvbw's sweeps\n"
+            "each thread count and shape before gemvbw's sweeps and between its two int8 runs\n"
             + "\n".join(f"## {t} thread(s)\n" + run[shape][0] for t, runs in mnn_runs.items() for run in runs
                         for shape in SHAPES))
     lines += [f"## f32 activations, {top} thread(s) (`gemvbw sweep --act f32 --kernel all --shape ...`)", ""]
