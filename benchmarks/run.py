@@ -102,19 +102,23 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
 def merged(first: dict, second: dict) -> dict:
     """Two sweeps of the same settings as one record, as the peers' two runs are taken: per shape, width and
     variant the faster row of the two, each row with its own sweep's %read. The first's system and settings;
-    both read rooflines under "reads"."""
+    both sweeps' rooflines under "rooflines"."""
     rows: dict[tuple, dict] = {}
     for r in first["results"] + second["results"]:
         key = (r["M"], r["K"], r["bits"], r["variant"])
         if key not in rows or r["best_avg_us"] < rows[key]["best_avg_us"]:
             rows[key] = r
     return {**first, "results": list(rows.values()),
-            "reads": [first["roofline"]["read_gbps"], second["roofline"]["read_gbps"]]}
+            "rooflines": [first["roofline"], second["roofline"]]}
 
 
 def reads(doc: dict) -> str:
-    """The read roofline(s) a record's rows were measured against."""
-    return " and ".join(f"{g:.1f}" for g in doc.get("reads", [doc["roofline"]["read_gbps"]])) + " GB/s"
+    """The read roofline(s) a record's rows were measured against, each with the streams per thread that
+    gave it (records from before gemvbw tried several have none)."""
+    def one(rf: dict) -> str:
+        s = rf.get("read_streams")
+        return f"{rf['read_gbps']:.1f} GB/s" + (f" ({s} stream{'s' if s > 1 else ''} per thread)" if s else "")
+    return " and ".join(one(rf) for rf in doc.get("rooflines", [doc["roofline"]]))
 
 
 def best(doc: dict, shape: str, bits: int) -> dict | None:

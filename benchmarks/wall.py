@@ -8,7 +8,9 @@ minutes), so a kernel's %read can mislead. This script times, in one process and
 round by round (each round in a rotated order), every int8 tier and a multithreaded read of
 exactly the kernel's logical bytes, each after the same 64 MiB flush, 20 calls per round, and
 reports the medians and each tier's share of the read: how close the kernel is to the wall
-it actually had. Nothing here is asserted; run it on a quiet machine.
+it actually had. The read is taken as the sweep's roofline takes it: one sequential stream per
+thread, and 4 and 8 streams per thread, each timed in the rotation, the fastest median being
+the wall (the table says which). Nothing here is asserted; run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -23,17 +25,20 @@ import numpy as np
 from gemvbw import kernels, system
 from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
-from gemvbw.roofline import _parallel_sum
+from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
 
 
 def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
-    """Median cold latency (us) per tier and of the plain read ('read'), interleaved."""
+    """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
     buf = np.ones(qm.logical_bytes // 4, np.float32)
-    read = kernels.compiled(_parallel_sum, buf, 8 * threads)
-    runs = {"read": lambda: read(buf, 8 * threads)}
+    read = kernels.compiled(_parallel_sum, buf, threads)
+    runs = {"read 1": lambda: read(buf, threads)}
+    read_streams = kernels.compiled(_parallel_sum_streams, buf, threads, 4)
+    for s in READ_STREAMS[1:]:
+        runs[f"read {s}"] = lambda s=s: read_streams(buf, threads, s)
     for spec in kernels.variants(bits, "i8"):
         run = spec.bind(qm)
         runs[spec.variant] = lambda run=run: run(x, y)
@@ -64,10 +69,14 @@ def main(argv=None) -> int:
     for bits in map(int, args.bits.split(",")):
         t = measure(M, K, bits, args.threads, args.rounds)
         nbytes = t.pop("_bytes")
-        read = t.pop("read")
+        reads = {s: t.pop(f"read {s}") for s in READ_STREAMS}
+        streams = min(reads, key=reads.get)
+        read = reads[streams]
         cells = [f"{v.removeprefix(kernels.PACKED_PREFIX)} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
                  f"{100 * read / us:.0f}%" for v, us in sorted(t.items(), key=lambda kv: kv[1])]
-        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s | " + "; ".join(cells))
+        tried = ", ".join(f"{s}: {nbytes / us / 1e3:.1f}" for s, us in reads.items())
+        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s ({streams} streams per thread; "
+                     f"{tried} GB/s) | " + "; ".join(cells))
         print(lines[-1] if len(lines) > 5 else "\n".join(lines), flush=True)
     if args.md:
         with open(args.md, "w") as fh:

@@ -668,7 +668,7 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
     import numba
 
     from gemvbw import report, system
-    from gemvbw.roofline import measure_roofline
+    from gemvbw.roofline import measure_roofline, read_ways
     from gemvbw.settings import SettingsError, format_cpus, resolve
 
     try:
@@ -680,8 +680,9 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
             check_path(path, flag)
     llc = system.last_level_cache_bytes()
     llc = None if isinstance(llc, system.Unknown) else llc
-    lines = [f"affinity: {format_cpus(system.affinity())}", "threads | memcpy GB/s (2x bytes) | read GB/s",
-             "-------:|----------------------:|---------:"]
+    lines = [f"affinity: {format_cpus(system.affinity())}",
+             "threads | memcpy GB/s (2x bytes) | read GB/s | read: how",
+             "-------:|----------------------:|---------:|:---"]
     for line in lines:
         click.echo(line)
     rows = []
@@ -689,8 +690,10 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
         numba.set_num_threads(t)
         rf = measure_roofline(t, llc)
         rows.append({"threads": t, "memcpy_gbps": rf.memcpy.gbps, "read_gbps": rf.read.gbps,
-                     "memcpy_buffer_bytes": rf.memcpy.buffer_bytes, "read_buffer_bytes": rf.read.buffer_bytes})
-        lines.append(f"{t:7d} | {rf.memcpy.gbps:21.1f} | {rf.read.gbps:9.1f}")
+                     "memcpy_buffer_bytes": rf.memcpy.buffer_bytes, "read_buffer_bytes": rf.read.buffer_bytes,
+                     "read_streams": rf.read.streams,
+                     "read_gbps_by_streams": {str(s): g for s, g in rf.read.gbps_by_streams}})
+        lines.append(f"{t:7d} | {rf.memcpy.gbps:21.1f} | {rf.read.gbps:9.1f} | {read_ways(rf.read)}")
         click.echo(lines[-1])
     if json_path:
         report.write_atomic(json_path, report.dumps({"schema": "gemvbw.roofline/1", "system": system.describe(),

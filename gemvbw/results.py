@@ -318,6 +318,8 @@ class SweepRecord:
                 "memcpy_trials_s": list(rf.memcpy.trials_s),
                 "read_gbps": rf.read.gbps, "read_buffer_bytes": rf.read.buffer_bytes,
                 "read_trials_s": list(rf.read.trials_s),
+                "read_streams": rf.read.streams,
+                "read_gbps_by_streams": {str(s): g for s, g in rf.read.gbps_by_streams},
             },
             "call_overhead_us": None if self.overhead is None else self.overhead.median_us,
             "call_overhead_cold_us": None if self.overhead is None else self.overhead.cold_median_us,

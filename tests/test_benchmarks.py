@@ -75,11 +75,11 @@ def test_two_sweeps_merge_into_the_faster_row_of_each(run):
 
     first = {"system": "s1", "roofline": {"read_gbps": 30.0, "threads": 2},
              "results": [row(4, "a", 10.0, 90.0), row(4, "b", 12.0, 75.0), row(8, "a", 20.0, 95.0)]}
-    second = {"system": "s2", "roofline": {"read_gbps": 40.0, "threads": 2},
+    second = {"system": "s2", "roofline": {"read_gbps": 40.0, "threads": 2, "read_streams": 8},
               "results": [row(4, "a", 11.0, 61.0), row(4, "b", 9.0, 75.0), row(2, "a", 5.0, 99.0)]}
     doc = run.merged(first, second)
-    assert doc["system"] == "s1" and doc["reads"] == [30.0, 40.0]
+    assert doc["system"] == "s1" and [rf["read_gbps"] for rf in doc["rooflines"]] == [30.0, 40.0]
     got = {(r["bits"], r["variant"]): (r["best_avg_us"], r["pct_read"]) for r in doc["results"]}
     assert got == {(4, "a"): (10.0, 90.0), (4, "b"): (9.0, 75.0), (8, "a"): (20.0, 95.0), (2, "a"): (5.0, 99.0)}
-    assert run.reads(doc) == "30.0 and 40.0 GB/s" and run.reads(first) == "30.0 GB/s"
+    assert run.reads(doc) == "30.0 GB/s and 40.0 GB/s (8 streams per thread)" and run.reads(first) == "30.0 GB/s"
     assert run.best(doc, "64x128", 4)["variant"] == "b"

@@ -47,7 +47,7 @@ def settings(**over) -> dict:
 
 
 ROOFLINE = Roofline(Bandwidth("memcpy", 2, 512 << 20, 0.0392, (0.0392, 0.0401), 27.4),
-                    Bandwidth("read", 2, 256 << 20, 0.00671, (0.00671, 0.0070), 40.0))
+                    Bandwidth("read", 2, 256 << 20, 0.00671, (0.00671, 0.0070), 40.0, 8, ((1, 33.5), (4, 38.2), (8, 40.0))))
 OVERHEAD = CallOverhead(median_us=1.5, min_us=1.1, timer_resolution_ns=30.0, cold_median_us=24.0, flush_mib=64)
 
 

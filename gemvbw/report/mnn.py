@@ -9,6 +9,7 @@ from gemvbw.report.text import (
     note_lines, overhead_line, warm_rows,
 )
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
+from gemvbw.roofline import read_ways
 
 
 def multi_shape(record: SweepRecord) -> bool:
@@ -69,7 +70,9 @@ class MnnReporter:
         self._print("threads | GB/s")
         self._print("-------:|-----:")
         self._print(f"{rf.threads:7d} | {rf.read.gbps:.1f}")
-        self._print(f"-> read {rf.read.gbps:.1f} GB/s @ {rf.threads} threads (used for %read)")
+        ways = read_ways(rf.read)
+        self._print(f"-> read {rf.read.gbps:.1f} GB/s @ {rf.threads} threads{', ' + ways if ways else ''} "
+                    "(used for %read)")
         self._print()
         self._print(overhead_line(record))
         self._print()

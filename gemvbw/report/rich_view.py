@@ -14,6 +14,7 @@ from gemvbw.report.text import (
     overhead_line, warm_rows,
 )
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
+from gemvbw.roofline import read_ways
 
 
 def read_bar(pct: float, width: int = 5) -> str:
@@ -46,8 +47,12 @@ class RichReporter:
     def roofline(self, record: SweepRecord) -> None:
         rf = record.roofline
         self.console.print(
-            f"memcpy roofline [bold]{rf.memcpy.gbps:.1f} GB/s[/] ({rf.memcpy.buffer_bytes >> 20} MiB, read+write counted) · "
-            f"read roofline [bold]{rf.read.gbps:.1f} GB/s[/] ({rf.read.buffer_bytes >> 20} MiB) @ {rf.threads} threads"
+            f"memcpy roofline [bold]{rf.memcpy.gbps:.1f} GB/s[/] ({rf.memcpy.buffer_bytes >> 20} MiB, read+write counted) "
+            f"@ {rf.threads} threads"
+        )
+        self.console.print(
+            f"read roofline [bold]{rf.read.gbps:.1f} GB/s[/] ({rf.read.buffer_bytes >> 20} MiB"
+            f"{', ' + ways if (ways := read_ways(rf.read)) else ''}) @ {rf.threads} threads"
         )
         self.console.print(overhead_line(record), highlight=False)
 

@@ -1,0 +1,76 @@
+"""The read roofline: its multi-stream sum against the plain one, and how the fastest way is chosen.
+
+Values, never speed: the clock is faked wherever a choice depends on time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemvbw import roofline
+from gemvbw.roofline import Bandwidth, _parallel_sum, _parallel_sum_streams, pick_fastest_read, read_ways
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 255, 256 * 8 - 1, 256 * 8, 256 * 8 + 1, 10_007, 65_536 + 300])
+@pytest.mark.parametrize("nchunks", [1, 2, 3])
+@pytest.mark.parametrize("streams", [1, 2, 3, 4, 8])
+def test_multi_stream_sum_reads_every_element_once(n, nchunks, streams):
+    # small integers, so every partial sum is exact in float32 and any element read twice or skipped
+    # (a stream's span, the tail after the last whole turn, a chunk's edge) changes the total
+    a = (np.arange(n) % 7 + 1).astype(np.float32)
+    want = float(np.sum(a.astype(np.int64)))
+    assert float(_parallel_sum_streams(a, nchunks, streams)) == want
+    assert float(_parallel_sum(a, nchunks)) == want
+
+
+def test_multi_stream_sum_sees_each_position():
+    # a single 1 anywhere is found, whichever stream, turn or tail it falls in
+    n = 3 * 8 * 64 + 37
+    for pos in (0, 63, 64, 8 * 64 - 1, 8 * 64, n // 2, n - 37, n - 1):
+        a = np.zeros(n, np.float32)
+        a[pos] = 1.0
+        assert float(_parallel_sum_streams(a, 2, 8)) == 1.0, pos
+
+
+def test_fastest_way_is_the_roofline_with_every_way_kept():
+    nbytes = 1_000_000_000
+    times = {1: [0.10, 0.11, 0.09], 4: [0.08, 0.085, 0.09], 8: [0.082, 0.081, 0.09]}
+    bw = pick_fastest_read(2, nbytes, times)
+    assert (bw.kind, bw.threads, bw.buffer_bytes, bw.streams) == ("read", 2, nbytes, 4)
+    assert bw.best_s == 0.08 and bw.trials_s == (0.08, 0.085, 0.09)
+    assert bw.gbps == pytest.approx(12.5)
+    assert bw.gbps_by_streams == ((1, pytest.approx(1 / 0.09)), (4, pytest.approx(12.5)), (8, pytest.approx(1 / 0.081)))
+
+
+def test_a_tie_goes_to_the_fewest_streams():
+    bw = pick_fastest_read(1, 10**9, {8: [0.1], 1: [0.1, 0.2], 4: [0.1]})
+    assert bw.streams == 1 and bw.trials_s == (0.1, 0.2)
+
+
+def test_ways_take_turns_and_the_fastest_wins(monkeypatch):
+    # a fake clock: reading with s streams takes 1/s of a second, except that one stream is fastest
+    # in the second trial only; the rotation and the best-of-trials choice are checked
+    clock = [0.0]
+    calls: list[int] = []
+
+    def reader(a, threads, s):
+        def read():
+            calls.append(s)
+            clock[0] += 0.01 if (s == 1 and len(calls) > 3 and (len(calls) - 4) // 3 == 1) else 1.0 / s
+        return read
+
+    monkeypatch.setattr(roofline, "_stream_reader", reader)
+    bw = roofline.read_bandwidth(2, 4096, trials=3, streams=(1, 4, 8), clock=lambda: clock[0])
+    assert calls[:3] == [1, 4, 8]  # the warm-up, in order
+    assert calls[3:] == [1, 4, 8, 4, 8, 1, 8, 1, 4]  # each trial starts one way later
+    assert bw.streams == 1 and bw.best_s == pytest.approx(0.01)
+    assert dict(bw.gbps_by_streams)[8] == pytest.approx(4096 * 8 / 1e9)
+
+
+def test_how_the_read_was_taken_is_said():
+    bw = Bandwidth("read", 2, 1, 1.0, (1.0,), 40.0, 8, ((1, 33.5), (4, 38.2), (8, 40.0)))
+    assert read_ways(bw) == "fastest of 1/4/8 streams per thread: 33.5/38.2/40.0 GB/s"
+    one = Bandwidth("read", 1, 1, 1.0, (1.0,), 9.8, 1, ((1, 9.8), (4, 9.1)))
+    assert read_ways(one) == "fastest of 1/4 streams per thread: 9.8/9.1 GB/s"
+    assert read_ways(Bandwidth("read", 1, 1, 1.0, (1.0,), 9.8)) == ""
