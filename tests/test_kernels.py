@@ -303,6 +303,36 @@ def test_int8_kernel_on_many_row_groups(spec, M, K):
     assert result.ok and result.max_rel_err < 1e-5, result.max_rel_err
 
 
+# the skeleton is the same for every tier (each tier's step is checked above): one tier, to keep compiling short
+TILE_TIERS = sorted({s.tier for s in I8 if s.layout[0] != "4x2"})[:1]
+
+
+@pytest.mark.skipif(not TILE_TIERS, reason="no column-tile tier runs on this CPU")
+@pytest.mark.parametrize("tier", TILE_TIERS)
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+@pytest.mark.parametrize("M", [16 * 13 + 5, 16 * 4, 8 * 7])
+def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, bits, M):
+    # 1, 2 (the default), 3 and 4 groups read at once by each thread: chunks whose group count each of those
+    # divides or does not (the last streams one group short), down to fewer groups than streams; every row is
+    # summed the same way whichever stream reads it, so the outputs are bit for bit equal, and equal to the
+    # reference
+    from gemvbw.verify import reference_gemv, relative_error
+
+    K = 200  # three full blocks and a short last one
+    qm = random_quantized(M, K, bits=bits, seed=M + bits)
+    x = random_activations(K, seed=bits)
+    spec = next(s for s in I8 if s.tier == tier and s.bits == bits and s.layout[0] != "4x2")
+    y_ref, bound = reference_gemv(qm, spec.reference_x(x, qm.block))
+    outs = []
+    for nstreams in (1, 2, 3, 4):
+        for chunks in (1, 3):
+            y = np.full(M, np.nan, np.float32)
+            tile.bind(tier, qm, chunks, None, nstreams)(x, y)
+            assert relative_error(y, y_ref, bound) < 1e-5, (nstreams, chunks)
+            outs.append(y)
+    assert all(np.array_equal(outs[0], y) for y in outs[1:])
+
+
 @pytest.mark.skipif(not I8, reason=NO_I8)
 @pytest.mark.parametrize("spec", I8, ids=spec_id)
 @pytest.mark.parametrize("M,K", [(40, 200), (32, 256)])
@@ -328,14 +358,14 @@ def test_int8_kernel_calls_share_their_workspace_and_stay_exact(spec, M, K):
 def test_kernel_workspace_sections_are_lines_apart_and_checked():
     from gemvbw.kernels import streams
 
-    K, nb, lanes, chunks, scratch = 200, 4, 16, 3, 100
-    o_d, o_xs, o_xdq, o_acc, o_scratch, size = streams.work_layout(K, nb, lanes, chunks, scratch)
+    K, nb, lanes, chunks, scratch, nstreams = 200, 4, 16, 3, 100, 3
+    o_d, o_xs, o_xdq, o_acc, o_scratch, size = streams.work_layout(K, nb, lanes, chunks, scratch, nstreams)
     starts = [0, o_d, o_xs, o_xdq, o_acc, o_scratch, size]
-    needs = [nb * 64, 4 * (nb + 1), 4 * nb, 4 * K, chunks * 8 * lanes, scratch]
+    needs = [nb * 64, 4 * (nb + 1), 4 * nb, 4 * K, chunks * 4 * nstreams * lanes, scratch]
     assert all(s % 64 == 0 for s in starts)
     assert all(b - a >= n for a, b, n in zip(starts, starts[1:], needs))
     assert size - o_scratch < scratch + 64 and o_d == 256 and o_xs - o_d == 64
-    work = streams.new_work(K, nb, lanes, chunks, scratch)
+    work = streams.new_work(K, nb, lanes, chunks, scratch, nstreams)
     assert work.dtype == np.uint8 and work.shape == (size,) and not work.any()
     if I8:  # a kernel given a workspace too small for its shapes refuses to run
         spec = I8[0]

@@ -430,6 +430,15 @@ def _first_leftover(tag, lay):
         return lambda tag, lay: 2 * lay[1]  # an odd last full block, a shorter last block
 
 
+STREAMS = 2  # groups of rows each thread reads at once (see gemvbw.kernels.streams)
+
+
+@overload(streams.stream_count)
+def _stream_count(tag):
+    if _is_packed(tag):
+        return lambda tag: STREAMS
+
+
 # repacked copies, kept while their matrix lives, one per layout (a matrix's arrays are not changed once
 # it is bound: the copy would go stale). Tiers with the same vector size and w8 storage share one.
 _PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
@@ -447,7 +456,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
     if layout not in copies:  # verification, calibration and the timed run share one copy
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
-    work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, _scratch_sections(npairs)[2])
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, _scratch_sections(npairs)[2], STREAMS)
     return (KernelTag(tier, qm.bits), pc, pm, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks)
 
 

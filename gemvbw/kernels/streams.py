@@ -82,6 +82,10 @@ def first_leftover(tag, lay):  # pragma: no cover
     raise NotImplementedError
 
 
+def stream_count(tag):  # pragma: no cover
+    raise NotImplementedError
+
+
 # --- what is read as stored: the f32 loop of the width ---------------------------------------------
 
 _F32_LOOPS = {8: _w8, 4: _w4, 3: _w3, 2: _w2}
@@ -115,23 +119,23 @@ def _up64(n):
 
 
 @njit(cache=True)
-def work_layout(K, nb, lanes, chunks, scratch):
+def work_layout(K, nb, lanes, chunks, scratch, nstreams):
     """Byte offsets in a kernel's workspace of d (nb + 1 float32, the last a scratch word), d*sum(xq)
-    (nb), xq*d (K), the accumulators (two of ``lanes`` float32 per chunk, each chunk on its own cache
-    lines), the layout's scratch (``scratch`` bytes); and the workspace's size. xq (nb * 64 int8) comes
+    (nb), xq*d (K), the accumulators (``nstreams`` of ``lanes`` float32 per chunk, each chunk on its own
+    cache lines), the layout's scratch (``scratch`` bytes); and the workspace's size. xq (nb * 64 int8) comes
     first, at 0; every section starts on a 64-byte line. Called from Python to allocate it (zeroed: xq's
     padding after K stays zero) and from the kernel to find its sections."""
     o_d = _up64(nb * 64)
     o_xs = o_d + _up64(4 * (nb + 1))
     o_xdq = o_xs + _up64(4 * nb)
     o_acc = o_xdq + _up64(4 * K)
-    o_scratch = o_acc + chunks * _up64(8 * lanes)
+    o_scratch = o_acc + chunks * _up64(4 * nstreams * lanes)
     return o_d, o_xs, o_xdq, o_acc, o_scratch, o_scratch + _up64(scratch)
 
 
-def new_work(K: int, nb: int, lanes: int, chunks: int, scratch: int) -> np.ndarray:
+def new_work(K: int, nb: int, lanes: int, chunks: int, scratch: int, nstreams: int) -> np.ndarray:
     """A zeroed workspace for a binding (see :func:`work_layout`)."""
-    return np.zeros(work_layout(K, nb, lanes, chunks, scratch)[-1], np.uint8)
+    return np.zeros(work_layout(K, nb, lanes, chunks, scratch, nstreams)[-1], np.uint8)
 
 
 def bind(args: tuple):
@@ -174,7 +178,8 @@ def gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunk
     lanes = acc_lanes(tag)
     lay = layout(tag, copy, meta, K)
     steps = lay[1]
-    o_d, o_xs, o_xdq, o_acc, o_scratch, size = work_layout(K, nb, lanes, chunks, scratch_bytes(tag, K))
+    o_d, o_xs, o_xdq, o_acc, o_scratch, size = work_layout(K, nb, lanes, chunks, scratch_bytes(tag, K),
+                                                           stream_count(tag))
     if work.shape[0] < size:
         raise ValueError("the kernel's workspace is smaller than its shapes need")
     xq = work[:nb * 64].view(np.int8)
@@ -186,24 +191,29 @@ def gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunk
     quantize_into(x, block, nb, xq, d, xs, xdq, first_leftover(tag, lay) < nb or groups * R < M)
     act = prepare(tag, lay, xq, d, xs, work[o_scratch:size])
     nchunks, per = row_chunks(groups, chunks)
+    S = stream_count(tag)
     for c in prange(nchunks):
-        acc_at = o_acc + c * _up64(8 * lanes)
-        acc = work[acc_at:acc_at + 4 * lanes].view(np.float32)
-        acc2 = work[acc_at + 4 * lanes:acc_at + 8 * lanes].view(np.float32)
+        acc_at = o_acc + c * _up64(4 * S * lanes)
+        accs = work[acc_at:acc_at + 4 * S * lanes].view(np.float32).reshape(S, lanes)
         lo, hi = c * per, min(groups, (c + 1) * per)
-        h = (hi - lo + 1) // 2  # the second stream starts half-way through the chunk
-        for j in range(h):
-            g, g2 = lo + j, lo + h + j
-            acc[:] = 0
-            if g2 < hi:
-                acc2[:] = 0
+        q = (hi - lo + S - 1) // S  # stream k starts at group lo + k*q of the chunk
+        for j in range(q):
+            if lo + (S - 1) * q + j < hi:  # every stream has a group j
+                accs[:] = 0
                 for s in range(steps):
-                    step(tag, lay, g * steps + s, s, act, acc)
-                    step(tag, lay, g2 * steps + s, s, act, acc2)
-                _finish(tag, lay, acc2, g2 * R, codes, scale, offset, xdq, xs, block, y)
-            else:  # an odd number of groups: the last one alone
-                for s in range(steps):
-                    step(tag, lay, g * steps + s, s, act, acc)
-            _finish(tag, lay, acc, g * R, codes, scale, offset, xdq, xs, block, y)
+                    for k in range(S):
+                        step(tag, lay, (lo + k * q + j) * steps + s, s, act, accs[k])
+                for k in range(S):
+                    g = lo + k * q + j
+                    _finish(tag, lay, accs[k], g * R, codes, scale, offset, xdq, xs, block, y)
+            else:  # the last streams are one group shorter: the rest one at a time
+                for k in range(S):
+                    g = lo + k * q + j
+                    if g < hi:
+                        acc = accs[0]
+                        acc[:] = 0
+                        for s in range(steps):
+                            step(tag, lay, g * steps + s, s, act, acc)
+                        _finish(tag, lay, acc, g * R, codes, scale, offset, xdq, xs, block, y)
     for r in range(groups * R, M):
         y[r] = row_ref(tag, codes, scale, offset, xdq, xs, block, r)

@@ -58,6 +58,10 @@ ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait o
 #   92-102 %, 2 threads 90-100 -> 82-95 %): it streams at the wall without, so it has no -prfm variant.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {4: 4096, 3: 4096, 2: 4096}
+# groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
+# (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_streams.py, 16c4-zmm,
+# 4096x14336 cold, 2026-12-02): within +-10 % of 2 either way, the sign changing between runs. Kept at 2.
+STREAMS = 2
 
 
 def tile_tiers() -> list[str]:
@@ -95,23 +99,25 @@ class TileTag:
     """Which tier, width and metadata size a column-tile kernel compiles for, and how far ahead it prefetches
     (its numba type carries all four: a benchmark can compare distances in one process)."""
 
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None):
-        if tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4):
-            raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata")
-        self.tier, self.bits, self.meta_bytes = tier, bits, meta_bytes
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS):
+        if tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1:
+            raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
+                             f"{nstreams} streams")
+        self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
         self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
 
 
 class TileTagType(types.Type):
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int):
-        self.tier, self.bits, self.meta_bytes, self.ahead = tier, bits, meta_bytes, ahead
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int):
+        self.tier, self.bits, self.meta_bytes, self.ahead, self.nstreams = tier, bits, meta_bytes, ahead, nstreams
         self.rows = tile_rows(tier)
-        super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},{FINGERPRINT})")
+        super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},streams {nstreams},"
+                              f"{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
-    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead)
+    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -315,7 +321,15 @@ def _first_leftover(tag, lay):
         return lambda tag, lay: lay[1]  # a shorter last block
 
 
-def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None) -> tuple:
+@overload(streams.stream_count)
+def _stream_count(tag):
+    if _is_tile(tag):
+        n = tag.nstreams
+        return lambda tag: n
+
+
+def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None,
+                nstreams: int = STREAMS) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
     now if not yet, untimed; block 64 only), with a new workspace."""
     from gemvbw.kernels.packed import _PACKED
@@ -328,14 +342,14 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
     pc, _ = copies[layout]
-    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES)
-    return (TileTag(tier, qm.bits, qm.meta_bytes, ahead), pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x,
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, nstreams)
+    return (TileTag(tier, qm.bits, qm.meta_bytes, ahead, nstreams), pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x,
             qm.block, y, chunks)
 
 
-def bind(tier: str, qm, chunks: int, ahead: int | None = None):
+def bind(tier: str, qm, chunks: int, ahead: int | None = None, nstreams: int = STREAMS):
     """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only). Not
     reentrant: its calls share one workspace."""
     from gemvbw.kernels import typed_like
 
-    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead))
+    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead, nstreams))
