@@ -60,7 +60,8 @@ PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {4: 4096, 3: 4096, 2: 4096}
 # groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
 # (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_streams.py, 16c4-zmm,
-# 4096x14336 cold, 2026-12-02): within +-10 % of 2 either way, the sign changing between runs. Kept at 2.
+# 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
+# changing between runs on that noisy host). No reading either way: kept at 2.
 STREAMS = 2
 
 
