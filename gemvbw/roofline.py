@@ -12,7 +12,7 @@
 
 Why several streams: on some cores one sequential stream cannot keep enough
 cache misses in flight (an Intel Xeon with AVX-512, 2 GHz: 4-8 streams read
-1.1-1.4x faster at one thread), while a GEMV kernel reads several at once
+1.03-1.37x faster in most runs, at one thread and two), while a GEMV kernel reads several at once
 (rows, tiles, activations); a one-stream read would then understate the wall
 and put kernels above 100 % of it. Taking the best of 15 reads rather than of
 5 leans the roofline up, never down: %read errs on the strict side.
@@ -97,7 +97,7 @@ def _parallel_sum_streams(a, nchunks, streams):
     """The same sum as :func:`_parallel_sum`, but each chunk is read as ``streams`` sequential
     sub-ranges at once, 256 B from each in turn, so one thread has misses in flight in several
     places. One sequential stream cannot keep enough misses in flight on every core (an Intel
-    Xeon here: 4-8 streams read 1.1-1.4x faster), and a GEMV kernel reads several (rows, tiles,
+    Xeon: 4-8 streams read 1.03-1.37x faster in most runs), and a GEMV kernel reads several (rows, tiles,
     the activations), so a one-stream read alone would understate the wall."""
     n = a.shape[0]
     chunk = (n + nchunks - 1) // nchunks
