@@ -14,17 +14,15 @@ asserted; run it on a quiet machine and more than once.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import numba
 import numpy as np
 
-from gemvbw import kernels, system
-from gemvbw.harness import CacheFlusher, time_groups
+from gemvbw import system
 from gemvbw.kernels import tile
 from gemvbw.quant import random_activations, random_quantized
-from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
+from wall import interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
 
 
 def measure(M: int, K: int, bits: int, tier: str, counts: list[int], threads: int, rounds: int,
@@ -32,12 +30,7 @@ def measure(M: int, K: int, bits: int, tier: str, counts: list[int], threads: in
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
-    buf = np.ones(qm.logical_bytes // 4, np.float32)
-    one = kernels.compiled(_parallel_sum, buf, threads)
-    several = kernels.compiled(_parallel_sum_streams, buf, threads, 4)
-    runs = {"read 1": lambda: one(buf, threads)}
-    for s in READ_STREAMS[1:]:
-        runs[f"read {s}"] = lambda s=s: several(buf, threads, s)
+    runs = read_runs(qm.logical_bytes, threads)
     outs = []
     for n in counts:
         run = tile.bind(tier, qm, 4 * threads, None, n)
@@ -46,15 +39,7 @@ def measure(M: int, K: int, bits: int, tier: str, counts: list[int], threads: in
         outs.append(y.copy())
     if not all(np.array_equal(outs[0], o) for o in outs[1:]):
         raise SystemExit(f"w{bits}: the stream counts give different y; not timed")
-    for f in runs.values():
-        f()  # compiled and warm
-    flush = CacheFlusher(64)
-    names = list(runs)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            samples[n].append(time_groups(runs[n], calls, 1, flush).best_avg_us)
-    return {n: statistics.median(v) for n, v in samples.items()}, qm.logical_bytes
+    return interleaved_medians(runs, rounds, calls), qm.logical_bytes
 
 
 def main(argv=None) -> int:

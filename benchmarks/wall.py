@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -28,20 +29,21 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
 
 
-def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
-    """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
-    x = random_activations(K, 0)
-    y = np.empty(M, np.float32)
-    qm = random_quantized(M, K, bits, seed=bits)
-    buf = np.ones(qm.logical_bytes // 4, np.float32)
-    read = kernels.compiled(_parallel_sum, buf, threads)
-    runs = {"read 1": lambda: read(buf, threads)}
-    read_streams = kernels.compiled(_parallel_sum_streams, buf, threads, 4)
+def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
+    """The read roofline's three ways of reading ``nbytes`` ('read 1', 'read 4', 'read 8': streams per thread),
+    each a call of the compiled function, as the kernels are called."""
+    buf = np.ones(nbytes // 4, np.float32)
+    one = kernels.compiled(_parallel_sum, buf, threads)
+    several = kernels.compiled(_parallel_sum_streams, buf, threads, 4)
+    runs = {"read 1": lambda: one(buf, threads)}
     for s in READ_STREAMS[1:]:
-        runs[f"read {s}"] = lambda s=s: read_streams(buf, threads, s)
-    for spec in kernels.variants(bits, "i8"):
-        run = spec.bind(qm)
-        runs[spec.variant] = lambda run=run: run(x, y)
+        runs[f"read {s}"] = lambda s=s: several(buf, threads, s)
+    return runs
+
+
+def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, calls: int = 20) -> dict[str, float]:
+    """Median cold latency (us) of each run: every round times ``calls`` calls of each, each after a 64 MiB
+    flush, in an order rotated by one per round, so that a bandwidth drifting during the rounds is shared."""
     for f in runs.values():
         f()  # compiled and warm
     flush = CacheFlusher(64)
@@ -50,7 +52,19 @@ def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 2
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             samples[n].append(time_groups(runs[n], calls, 1, flush).best_avg_us)
-    return {n: statistics.median(v) for n, v in samples.items()} | {"_bytes": qm.logical_bytes}
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
+    """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
+    x = random_activations(K, 0)
+    y = np.empty(M, np.float32)
+    qm = random_quantized(M, K, bits, seed=bits)
+    runs = read_runs(qm.logical_bytes, threads)
+    for spec in kernels.variants(bits, "i8"):
+        run = spec.bind(qm)
+        runs[spec.variant] = lambda run=run: run(x, y)
+    return interleaved_medians(runs, rounds, calls) | {"_bytes": qm.logical_bytes}
 
 
 def main(argv=None) -> int:
@@ -75,7 +89,7 @@ def main(argv=None) -> int:
         cells = [f"{v.removeprefix(kernels.PACKED_PREFIX)} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
                  f"{100 * read / us:.0f}%" for v, us in sorted(t.items(), key=lambda kv: kv[1])]
         tried = ", ".join(f"{s}: {nbytes / us / 1e3:.1f}" for s, us in reads.items())
-        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s ({streams} streams per thread; "
+        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s ({streams} stream{'s' if streams > 1 else ''} per thread; "
                      f"{tried} GB/s) | " + "; ".join(cells))
         print(lines[-1] if len(lines) > 5 else "\n".join(lines), flush=True)
     if args.md:
