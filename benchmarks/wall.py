@@ -89,7 +89,8 @@ def main(argv=None) -> int:
         cells = [f"{v.removeprefix(kernels.PACKED_PREFIX)} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
                  f"{100 * read / us:.0f}%" for v, us in sorted(t.items(), key=lambda kv: kv[1])]
         tried = ", ".join(f"{s}: {nbytes / us / 1e3:.1f}" for s, us in reads.items())
-        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s ({streams} stream{'s' if streams > 1 else ''} per thread; "
+        per_thread = f"{streams} stream{'s' if streams > 1 else ''} per thread"
+        lines.append(f"w{bits} | {read:.0f} us, {nbytes / read / 1e3:.1f} GB/s ({per_thread}; "
                      f"{tried} GB/s) | " + "; ".join(cells))
         print(lines[-1] if len(lines) > 5 else "\n".join(lines), flush=True)
     if args.md:

@@ -668,7 +668,7 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
     import numba
 
     from gemvbw import report, system
-    from gemvbw.roofline import measure_roofline, read_ways
+    from gemvbw.roofline import gbps_by_streams_json, measure_roofline, read_ways
     from gemvbw.settings import SettingsError, format_cpus, resolve
 
     try:
@@ -692,7 +692,7 @@ def roofline(threads: str | None, json_path: str | None, csv_path: str | None, m
         rows.append({"threads": t, "memcpy_gbps": rf.memcpy.gbps, "read_gbps": rf.read.gbps,
                      "memcpy_buffer_bytes": rf.memcpy.buffer_bytes, "read_buffer_bytes": rf.read.buffer_bytes,
                      "read_streams": rf.read.streams,
-                     "read_gbps_by_streams": {str(s): g for s, g in rf.read.gbps_by_streams}})
+                     "read_gbps_by_streams": gbps_by_streams_json(rf.read)})
         lines.append(f"{t:7d} | {rf.memcpy.gbps:21.1f} | {rf.read.gbps:9.1f} | {read_ways(rf.read)}")
         click.echo(lines[-1])
     if json_path:

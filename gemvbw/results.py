@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gemvbw import __version__, metrics
 from gemvbw.harness import CallOverhead, Measurement
-from gemvbw.roofline import Roofline
+from gemvbw.roofline import Roofline, gbps_by_streams_json
 
 SCHEMA = "gemvbw.sweep/1"
 
@@ -319,7 +319,7 @@ class SweepRecord:
                 "read_gbps": rf.read.gbps, "read_buffer_bytes": rf.read.buffer_bytes,
                 "read_trials_s": list(rf.read.trials_s),
                 "read_streams": rf.read.streams,
-                "read_gbps_by_streams": {str(s): g for s, g in rf.read.gbps_by_streams},
+                "read_gbps_by_streams": gbps_by_streams_json(rf.read),
             },
             "call_overhead_us": None if self.overhead is None else self.overhead.median_us,
             "call_overhead_cold_us": None if self.overhead is None else self.overhead.cold_median_us,

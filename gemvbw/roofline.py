@@ -12,9 +12,9 @@
 
 Why several streams: on some cores one sequential stream cannot keep enough
 cache misses in flight (an Intel Xeon with AVX-512, 2 GHz: 4-8 streams read
-1.03-1.37x faster in most runs, at one thread and two), while a GEMV kernel reads several at once
-(rows, tiles, activations); a one-stream read would then understate the wall
-and put kernels above 100 % of it. Taking the best of 15 reads rather than of
+1.03-1.37x faster in most runs, at one thread and two), while a GEMV kernel
+reads several at once (rows, tiles, activations); a one-stream read would then
+understate the wall and put kernels above 100 % of it. Taking the best of 15 reads rather than of
 5 leans the roofline up, never down: %read errs on the strict side.
 """
 
@@ -96,9 +96,7 @@ STREAM_BLOCK = 64  # float32 per turn: 256 B, four cache lines from one stream b
 def _parallel_sum_streams(a, nchunks, streams):
     """The same sum as :func:`_parallel_sum`, but each chunk is read as ``streams`` sequential
     sub-ranges at once, 256 B from each in turn, so one thread has misses in flight in several
-    places. One sequential stream cannot keep enough misses in flight on every core (an Intel
-    Xeon: 4-8 streams read 1.03-1.37x faster in most runs), and a GEMV kernel reads several (rows, tiles,
-    the activations), so a one-stream read alone would understate the wall."""
+    places (why: the module's docstring)."""
     n = a.shape[0]
     chunk = (n + nchunks - 1) // nchunks
     partial = np.zeros(nchunks, dtype=np.float32)
@@ -159,6 +157,11 @@ def pick_fastest_read(threads: int, nbytes: int, times: dict[int, list[float]]) 
     best = min(times[streams])
     return Bandwidth("read", threads, nbytes, best, tuple(times[streams]), metrics.read_gbps(nbytes, best),
                      streams, by_streams)
+
+
+def gbps_by_streams_json(bw: Bandwidth) -> dict[str, float]:
+    """Each way's best GB/s keyed by its streams per thread, as the JSON records hold it."""
+    return {str(s): g for s, g in bw.gbps_by_streams}
 
 
 def read_ways(bw: Bandwidth) -> str:

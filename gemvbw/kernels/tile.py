@@ -97,8 +97,9 @@ def planes(bits: int) -> tuple[tuple[int, int], ...]:
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class TileTag:
-    """Which tier, width and metadata size a column-tile kernel compiles for, and how far ahead it prefetches
-    (its numba type carries all four: a benchmark can compare distances in one process)."""
+    """Which tier, width and metadata size a column-tile kernel compiles for, how far ahead it prefetches and
+    how many groups of rows each thread reads at once (its numba type carries all five: a benchmark can compare
+    distances or stream counts in one process)."""
 
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS):
         if tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1:
@@ -344,8 +345,8 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
     pc, _ = copies[layout]
     work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, nstreams)
-    return (TileTag(tier, qm.bits, qm.meta_bytes, ahead, nstreams), pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x,
-            qm.block, y, chunks)
+    tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, nstreams)
+    return tag, pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks
 
 
 def bind(tier: str, qm, chunks: int, ahead: int | None = None, nstreams: int = STREAMS):
