@@ -48,7 +48,8 @@ class Tier:
         return " ".join(self.cpu_flags)
 
     def variants(self) -> list[str]:
-        """The int8 variant names of this tier, the preferred first (a tile's -prfm twin: w4, w3 and w2 only)."""
+        """The int8 variant names of this tier, the preferred first (a tile's -prfm twin: the widths of
+        gemvbw.kernels.tile.PRFM_AHEAD)."""
         tiles = [f"packed-{self.tile_rows}c4-{self.name}", f"packed-{self.tile_rows}c4-{self.name}-prfm"]
         return (tiles if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
 

@@ -1,4 +1,6 @@
-"""The parsing in benchmarks/run.py of the peers' printed tables (their figures go into RESULTS.md)."""
+"""The parsing in benchmarks/ scripts: the peers' printed tables (their figures go into RESULTS.md), tile variants."""
+
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,14 @@ def test_two_sweeps_merge_into_the_faster_row_of_each(run):
     assert got == {(4, "a"): (10.0, 90.0), (4, "b"): (9.0, 75.0), (8, "a"): (20.0, 95.0), (2, "a"): (5.0, 99.0)}
     assert run.reads(doc) == "30.0 GB/s and 40.0 GB/s (8 streams per thread)" and run.reads(first) == "30.0 GB/s"
     assert run.best(doc, "64x128", 4)["variant"] == "b"
+
+
+def test_tile_variants_are_read_as_tile_tag_options(load_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # its import of wall.py
+    variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
+    got = variants.parse_variants("; streams=4;streams=3, ahead=4096 ,locality=3")
+    assert got == {"default": {}, "streams=4": {"nstreams": 4},
+                   "streams=3, ahead=4096 ,locality=3": {"nstreams": 3, "ahead": 4096, "locality": 3}}
+    for bad in ("stream=2", "ahead=x", "ahead", "turn=2"):
+        with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N"):
+            variants.parse_variants(bad)

@@ -88,7 +88,7 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     specs = kernels.i8_specs(vnni)
     assert {(s.bits, s.variant) for s in specs if "c4" in s.variant} == {
         (b, v) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")} | {
-        (b, v + "-prfm") for b in (4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+        (b, v + "-prfm") for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
     # the prefetching twin prefetches, the plain tile does not; each the tile's own layout (one repacked copy)
     assert {s.ahead > 0 for s in specs if s.variant.endswith("-prfm")} == {True}
     assert {s.ahead for s in specs if "c4" in s.variant and not s.variant.endswith("-prfm")} == {0}
@@ -279,7 +279,8 @@ def test_the_prefetching_tile_prefetches(tmp_path):
     if ARCH != "x86_64":
         pytest.skip(f"the column tiles are x86_64's; numba here targets {ARCH} only")
     cpu, present, absent = TILE_FOREIGN["avx512vnni-zmm"]
-    _compiled_for(cpu, "c4-prfm", "avx512vnni-zmm", 4, [*present, r"^prefetchnta"], absent, tmp_path)
+    _compiled_for(cpu, "c4-prfm", "avx512vnni-zmm", 4, [*present, r"^prefetcht0"], [*absent, r"^prefetchnta"],
+                  tmp_path)
 
 
 def test_sweep_refuses_a_numba_target_this_cpu_cannot_run(tmp_path):

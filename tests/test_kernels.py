@@ -327,10 +327,18 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
     for nstreams in (1, 2, 3, 4):
         for chunks in (1, 3):
             y = np.full(M, np.nan, np.float32)
-            tile.bind(tier, qm, chunks, None, nstreams)(x, y)
+            tile.bind(tier, qm, chunks, None, nstreams=nstreams)(x, y)
             assert relative_error(y, y_ref, bound) < 1e-5, (nstreams, chunks)
             outs.append(y)
     assert all(np.array_equal(outs[0], y) for y in outs[1:])
+
+
+@pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}])
+def test_a_tile_tag_refuses_options_no_kernel_is_built_for(options):
+    # TileTag is built before anything compiles: a stream count or prefetch hint LLVM has no meaning for
+    # is refused there, whatever the CPU (tile_tiers lists every tile tier, usable or not)
+    with pytest.raises(ValueError, match="no column-tile kernel"):
+        tile.TileTag(tile.tile_tiers()[0], 4, 2, **options)
 
 
 @pytest.mark.skipif(not I8, reason=NO_I8)

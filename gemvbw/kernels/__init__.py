@@ -256,9 +256,11 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
             rows = tile.tile_rows(t.name)
             for bits in tile.WIDTHS:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
+                ahead = tile.PRFM_AHEAD.get(bits)
+                hint = tile.HINTS[tile.PREFETCH_LOCALITY]
                 ways = [("", tile.PREFETCH_AHEAD[bits], "")] + ([(
-                    PRFM_SUFFIX, tile.PRFM_AHEAD[bits], f"; prefetches {tile.PRFM_AHEAD[bits]} bytes ahead in its stream"
-                )] if bits in tile.PRFM_AHEAD else [])
+                    PRFM_SUFFIX, ahead, f"; prefetches {ahead} bytes ahead in its stream ({hint})"
+                )] if ahead else [])
                 specs += [KernelSpec(
                     bits, "i8", f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "

@@ -45,24 +45,31 @@ from gemvbw.kernels.isa.common import F32, I8, I32, broadcast, const, load, meta
 
 WIDTHS = (8, 4, 3, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
-# bytes ahead in the tile stream to prefetch (prefetchnta, one line per line of the tile), per width, 0: none.
-# Whether it pays depends on the CPU, so each tile tier has two variants and --kernel auto measures both: the
-# plain one (no prefetch) and "-prfm" (PRFM_AHEAD; w4, w3 and w2 only). Measured, 4096x14336, cold, each variant
+# bytes ahead in the tile stream to prefetch (one line per line of the tile, with the hint PREFETCH_LOCALITY),
+# per width, 0: none. Whether it pays depends on the CPU, so each tile tier has two variants and --kernel auto
+# measures both: the plain one (no prefetch) and "-prfm" (PRFM_AHEAD). Measured, 4096x14336, cold, each variant
 # interleaved in one process against a plain read of the same bytes (16c4-zmm, medians of 9-11 rounds, % of
-# that read):
-# - Zen 4: at 2 threads every distance from 512 B to 4 KiB was slower (w4 98 -> 80-81 %, w2 93 -> 81-90 %); at
-#   1 thread it helped w2 (87 -> 90-96 %) and slowed w4.
-# - Zen 5 (2026-12-02; three runs at 1 thread, two at 2), 4 KiB ahead: 1 thread w3 77-81 -> 93-97 %, w2 76-80 ->
-#   84-92 %, w4 mixed (90 -> 84, 89 -> 89, 64 -> 84 %); 2 threads w4 74-76 -> 89-95 %, w3 42-55 -> 91-97 %, w2
-#   77-79 -> 88-90 %. 8 and 16 KiB, and prefetcht0, did about as well. w8 lost in every run (1 thread 97-107 ->
-#   92-102 %, 2 threads 90-100 -> 82-95 %): it streams at the wall without, so it has no -prfm variant.
+# the fastest read; benchmarks/tile_variants.py):
+# - Zen 4, prefetchnta: at 2 threads every distance from 512 B to 4 KiB was slower (w4 98 -> 80-81 %, w2 93 ->
+#   81-90 %); at 1 thread it helped w2 (87 -> 90-96 %) and slowed w4.
+# - Zen 5 (2026-12-02; three runs at 1 thread, two at 2), prefetchnta 4 KiB ahead: 1 thread w3 77-81 -> 93-97 %,
+#   w2 76-80 -> 84-92 %, w4 mixed (90 -> 84, 89 -> 89, 64 -> 84 %); 2 threads w4 74-76 -> 89-95 %, w3 42-55 ->
+#   91-97 %, w2 77-79 -> 88-90 %. 8 and 16 KiB, and prefetcht0, did about as well. w8 lost (1 thread 97-107 ->
+#   92-102 %, 2 threads 90-100 -> 82-95 %).
+# - Intel Xeon, Sapphire Rapids class (2026-12-03, one run at each thread count), 4 KiB ahead: prefetchnta lost
+#   everywhere (1 thread w8 104 -> 69 %, w4 99 -> 57, w3 74 -> 34, w2 64 -> 36; 2 threads 95/78/75/71 ->
+#   66/55/38/38 %) while prefetcht0 won everywhere (1 thread -> 111/127/93/92 %, 2 threads -> 113/100/92/100 %;
+#   prefetcht1 close behind, 2 and 8 KiB about the same). So the twins use prefetcht0, and w8 has one too.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
-PRFM_AHEAD = {4: 4096, 3: 4096, 2: 4096}
+PRFM_AHEAD = {8: 4096, 4: 4096, 3: 4096, 2: 4096}
 # groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
-# (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_streams.py, 16c4-zmm,
+# (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_variants.py, 16c4-zmm,
 # 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
 # changing between runs on that noisy host). No reading either way: kept at 2.
 STREAMS = 2
+# the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
+PREFETCH_LOCALITY = 3
+HINTS = {0: "prefetchnta", 1: "prefetcht2", 2: "prefetcht1", 3: "prefetcht0"}
 
 
 def tile_tiers() -> list[str]:
@@ -98,28 +105,32 @@ def planes(bits: int) -> tuple[tuple[int, int], ...]:
 
 class TileTag:
     """Which tier, width and metadata size a column-tile kernel compiles for, how far ahead it prefetches and
-    how many groups of rows each thread reads at once (its numba type carries all five: a benchmark can compare
-    distances or stream counts in one process)."""
+    with which locality hint, and how many groups of rows each thread reads at once (its numba type carries
+    them all: a benchmark can compare them in one process)."""
 
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS):
-        if tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1:
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS,
+                 locality: int = PREFETCH_LOCALITY):
+        if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
+                or locality not in (0, 1, 2, 3)):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
-                             f"{nstreams} streams")
+                             f"{nstreams} streams, prefetch locality {locality}")
         self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
         self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
+        self.locality = locality
 
 
 class TileTagType(types.Type):
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int):
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int, locality: int):
         self.tier, self.bits, self.meta_bytes, self.ahead, self.nstreams = tier, bits, meta_bytes, ahead, nstreams
+        self.locality = locality
         self.rows = tile_rows(tier)
-        super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},streams {nstreams},"
-                              f"{FINGERPRINT})")
+        super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},locality {locality},"
+                              f"streams {nstreams},{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
-    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams)
+    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -222,7 +233,7 @@ def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
         cofs = builder.mul(tv, ir.Constant(tv.type, stride))
         aofs = builder.mul(bv, ir.Constant(bv.type, SUPPORTED_BLOCK))
         if ttag.ahead:
-            prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), stride)
+            prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), stride, ttag.locality)
 
         isum, pofs = None, 0
         for fw, start in planes(bits):  # fw: the plane's field width; start: the code bit it holds
@@ -331,9 +342,10 @@ def _stream_count(tag):
 
 
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None,
-                nstreams: int = STREAMS) -> tuple:
+                **options) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
-    now if not yet, untimed; block 64 only), with a new workspace."""
+    now if not yet, untimed; block 64 only), with a new workspace. ``options``: :class:`TileTag`'s nstreams
+    and locality."""
     from gemvbw.kernels.packed import _PACKED
 
     if qm.block != SUPPORTED_BLOCK:
@@ -344,14 +356,14 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
     pc, _ = copies[layout]
-    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, nstreams)
-    tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, nstreams)
+    tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, **options)
+    work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, tag.nstreams)
     return tag, pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks
 
 
-def bind(tier: str, qm, chunks: int, ahead: int | None = None, nstreams: int = STREAMS):
+def bind(tier: str, qm, chunks: int, ahead: int | None = None, **options):
     """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only). Not
-    reentrant: its calls share one workspace."""
+    reentrant: its calls share one workspace. ``options``: :class:`TileTag`'s nstreams and locality."""
     from gemvbw.kernels import typed_like
 
-    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead, nstreams))
+    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead, **options))

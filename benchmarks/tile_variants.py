@@ -1,0 +1,100 @@
+"""Column-tile variants against the wall: streams per thread, prefetch distance and hint.
+
+    python benchmarks/tile_variants.py [--threads 2] [--rounds 9] [--tier avx512vnni-zmm] [--bits 8,4,3,2]
+                                       [--shape 4096x14336] [--variants "streams=2;streams=4"]
+
+A variant is a list of :class:`gemvbw.kernels.tile.TileTag` options, ``name=value`` joined by commas:
+``streams`` (groups of rows a thread reads at once; gemvbw's kernels use 2), ``ahead`` (bytes ahead to
+prefetch, 0 for none; the -prfm twins use 4096) and ``locality`` (the prefetch hint: 0 prefetchnta,
+1 prefetcht2, 2 prefetcht1, 3 prefetcht0, as the -prfm twins); variants are separated by semicolons, and an
+empty one is gemvbw's own plain tile.
+This script binds one tile tier with each variant, checks that they all give the same y bit for bit, and
+times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
+of the same bytes (1, 4 and 8 streams per thread), each call after a 64 MiB flush, 20 calls per round; it
+prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
+and more than once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numba
+import numpy as np
+
+from gemvbw import system
+from gemvbw.kernels import tile
+from gemvbw.quant import random_activations, random_quantized
+from wall import interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
+
+OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality"}
+
+
+def parse_variants(text: str) -> dict[str, dict[str, int]]:
+    """{label: TileTag options} from "streams=2;streams=4,ahead=0" (an empty variant: gemvbw's defaults)."""
+    variants = {}
+    for item in text.split(";"):
+        item = item.strip()
+        options = {}
+        for pair in filter(None, (p.strip() for p in item.split(","))):
+            name, _, value = pair.partition("=")
+            if name not in OPTIONS or not value.strip().lstrip("-").isdigit():
+                raise ValueError(f"{pair!r}: a variant's options are {', '.join(n + '=N' for n in OPTIONS)}")
+            options[OPTIONS[name]] = int(value)
+        variants[item or "default"] = options
+    return variants
+
+
+def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, int]], threads: int, rounds: int,
+            calls: int = 20) -> tuple[dict[str, float], int]:
+    x = random_activations(K, 0)
+    y = np.empty(M, np.float32)
+    qm = random_quantized(M, K, bits, seed=bits)
+    runs = read_runs(qm.logical_bytes, threads)
+    outs = []
+    for label, options in variants.items():
+        run = tile.bind(tier, qm, 4 * threads, **options)
+        runs[label] = lambda run=run: run(x, y)
+        run(x, y)
+        outs.append(y.copy())
+    if not all(np.array_equal(outs[0], o) for o in outs[1:]):
+        raise SystemExit(f"w{bits}: the variants give different y; not timed")
+    return interleaved_medians(runs, rounds, calls), qm.logical_bytes
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="4096x14336")
+    ap.add_argument("--threads", type=int, default=len(system.affinity()))
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--tier", default="avx512vnni-zmm")
+    ap.add_argument("--variants", default=";ahead=4096,locality=0;ahead=4096,locality=3;streams=4",
+                    help="semicolon-separated; the default: plain, prefetchnta and prefetcht0 4 KiB ahead, 4 streams")
+    ap.add_argument("--bits", default="8,4,3,2")
+    args = ap.parse_args(argv)
+    if args.tier not in tile.tile_tiers():
+        ap.error(f"--tier: {args.tier!r} has no column tiles; one of {', '.join(tile.tile_tiers())}")
+    from gemvbw.tiers import usable
+    if args.tier not in {t.name for t in usable()}:
+        ap.error(f"--tier: {args.tier} cannot run on this CPU (see gemvbw info)")
+    try:
+        variants = parse_variants(args.variants)
+        for options in variants.values():
+            tile.TileTag(args.tier, 8, 2, **options)
+    except (ValueError, TypeError) as e:
+        ap.error(f"--variants: {e}")
+    M, K = map(int, args.shape.split("x"))
+    numba.set_num_threads(args.threads)
+    print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, tier {args.tier}, cold "
+          f"(64 MiB flush), median of {args.rounds} interleaved rounds of 20 calls; % of the fastest read")
+    for bits in map(int, args.bits.split(",")):
+        med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds)
+        wall = min(us for n, us in med.items() if n.startswith("read"))
+        print(f"w{bits}: " + "; ".join(f"{n} {us:.0f} us {nbytes / us / 1e3:.1f} GB/s {100 * wall / us:.0f}%"
+                                       for n, us in med.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
