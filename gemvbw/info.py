@@ -127,11 +127,8 @@ def tier_lines(facts: dict) -> list[str]:
         # the preferred first: a column-tile variant where a tier has one, else the preferred tier's packed-4x2
         first = tiles[0] if tiles else next(v for v in names if v.startswith("packed-4x2-"))
         shown = ", ".join([f"{first} (preferred)" if len(names) > 1 else first] + [v for v in names if v != first])
-        from gemvbw.kernels.tile import PRFM_AHEAD
-
-        prfm = (f" (-prfm: {' '.join(f'w{b}' for b in sorted(PRFM_AHEAD, reverse=True))})"
-                if any(v.endswith("-prfm") for v in names) else "")
-        lines.append(f"int8 tiers: {shown}: w8 w4 w3 w2{prfm} at block 64 run int8 activations "
+        # every width has each of these variants, a column tile's -prfm twin included
+        lines.append(f"int8 tiers: {shown}: w8 w4 w3 w2 at block 64 run int8 activations "
                      "(--act auto; --kernel auto calibrates among them per shape)")
     else:
         lines.append("int8 tiers: none usable here: every width runs f32 activations (--act auto)")

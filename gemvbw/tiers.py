@@ -48,8 +48,8 @@ class Tier:
         return " ".join(self.cpu_flags)
 
     def variants(self) -> list[str]:
-        """The int8 variant names of this tier, the preferred first (a tile's -prfm twin: the widths of
-        gemvbw.kernels.tile.PRFM_AHEAD)."""
+        """The int8 variant names of this tier, the preferred first: its column tile and the tile's -prfm twin
+        where it has tiles, then packed-4x2 (every width has each)."""
         tiles = [f"packed-{self.tile_rows}c4-{self.name}", f"packed-{self.tile_rows}c4-{self.name}-prfm"]
         return (tiles if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
 

@@ -67,9 +67,16 @@ def test_json_figures_follow_from_raw_latencies(json_run):
 
 
 def test_small_shape_is_flagged_as_call_overhead(json_run):
-    codes = {n["code"] for r in json_run["results"] for n in r["notes"]}
-    assert "call-overhead" in codes  # 64 x 256 takes a few microseconds
-    assert json_run["call_overhead_us"] > 0
+    # each row is flagged exactly when its latency is under 20x the fixed cost the run measured (cold here): the
+    # rule, checked on the run's own figures, since whether 64 x 256 falls under it on a busy host is a timing
+    # (the rule's edges are tested in test_coverage.py with fixed figures)
+    from gemvbw.results import OVERHEAD_FACTOR
+
+    cost = json_run["call_overhead_cold_us"]
+    assert json_run["call_overhead_us"] > 0 and cost > 0
+    for r in json_run["results"]:
+        flagged = "call-overhead" in {n["code"] for n in r["notes"]}
+        assert flagged == (r["best_avg_us"] < OVERHEAD_FACTOR * cost), (r["bits"], r["best_avg_us"], cost)
 
 
 def test_mnn_format_tables():
