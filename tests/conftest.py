@@ -56,3 +56,23 @@ def broken_w4_kernel():
     kernels.register(kernels.KernelSpec(4, "f32", "broken", "ones", bind))
     yield "broken"
     kernels.unregister(4, "f32", "broken")
+
+
+# The emulated aarch64 stage (.ci/arm64) runs three QEMU CPU models side by side on two cores, where compiling
+# a kernel takes minutes and dominates. There each kernel's own tests (those parametrized by "spec") run under
+# one model only: an int8 tier's under the oldest model that has it, the f32 loops' under max. Every model still
+# runs every tier it has, verified against the reference, in tests/test_emulated.py's sweeps.
+EMULATED_KERNEL_TESTS = {"neon": "cortex-a53", "neon-dotprod": "cortex-a76", None: "max"}
+
+
+def pytest_collection_modifyitems(config, items):
+    cpu = os.environ.get("GEMVBW_EMULATED_CPU")
+    if cpu is None:
+        return
+    for item in items:
+        spec = getattr(item, "callspec", None) and item.callspec.params.get("spec")
+        owner = EMULATED_KERNEL_TESTS.get(getattr(spec, "tier", None), "max") if spec is not None else None
+        if owner is not None and owner != cpu:
+            item.add_marker(pytest.mark.skip(
+                reason=f"emulated: {spec.variant}'s own tests run under QEMU_CPU={owner}; here it is verified "
+                       "in test_emulated.py's sweeps"))
