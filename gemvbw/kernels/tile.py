@@ -111,7 +111,7 @@ class TileTag:
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS,
                  locality: int = PREFETCH_LOCALITY):
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
-                or locality not in (0, 1, 2, 3)):
+                or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
                              f"{nstreams} streams, prefetch locality {locality}")
         self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
