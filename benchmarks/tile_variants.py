@@ -1,14 +1,17 @@
-"""Column-tile variants against the wall: streams per thread, prefetch distance and hint.
+"""Column-tile and packed-4x2 variants against the wall: streams per thread, prefetch distance and hint.
 
     python benchmarks/tile_variants.py [--threads 2] [--rounds 9] [--tier avx512vnni-zmm] [--bits 8,4,3,2]
                                        [--shape 4096x14336] [--variants "streams=2;streams=4"]
+    python benchmarks/tile_variants.py --format 4x2 --tier avx2 --variants ";locality=3;ahead=4096,locality=3"
 
-A variant is a list of :class:`gemvbw.kernels.tile.TileTag` options, ``name=value`` joined by commas:
-``streams`` (groups of rows a thread reads at once; gemvbw's kernels use 2), ``ahead`` (bytes ahead to
-prefetch, 0 for none; the -prfm twins use 4096) and ``locality`` (the prefetch hint: 0 prefetchnta,
-1 prefetcht2, 2 prefetcht1, 3 prefetcht0, as the -prfm twins); variants are separated by semicolons, and an
-empty one is gemvbw's own plain tile.
-This script binds one tile tier with each variant, checks that they all give the same y bit for bit, and
+A variant is a list of the kernel tag's options, ``name=value`` joined by commas: ``ahead`` (bytes ahead to
+prefetch, 0 for none; the column tiles' -prfm twins use 4096, packed-4x2 2048 for w4-w2), ``locality`` (the
+prefetch hint: 0 prefetchnta, 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only,
+``streams`` (groups of rows a thread reads at once; gemvbw's kernels use 2); variants are separated by
+semicolons, and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` and
+:class:`gemvbw.kernels.packed.KernelTag` hold the defaults).
+This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
+each variant, checks that they all give the same y bit for bit, and
 times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
 of the same bytes (1, 4 and 8 streams per thread), each call after a 64 MiB flush, 20 calls per round; it
 prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
@@ -46,15 +49,35 @@ def parse_variants(text: str) -> dict[str, dict[str, int]]:
     return variants
 
 
+def binder(fmt: str):
+    """bind(tier, qm, chunks, **options) of a format's kernels."""
+    from gemvbw.kernels import packed
+
+    return {"c4": tile.bind, "4x2": packed.bind}[fmt]
+
+
+def check_options(fmt: str, tier: str, variants: dict[str, dict[str, int]]) -> None:
+    """ValueError naming what a variant asks that the format's tag cannot build."""
+    from gemvbw.kernels import packed
+
+    for options in variants.values():
+        if fmt == "c4":
+            tile.TileTag(tier, 8, 2, **options)
+        elif "nstreams" in options:
+            raise ValueError("streams=N: packed-4x2 kernels read 2 groups per thread, not an option of theirs")
+        else:
+            packed.KernelTag(tier, 8, **options)
+
+
 def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, int]], threads: int, rounds: int,
-            calls: int = 20) -> tuple[dict[str, float], int]:
+            calls: int = 20, fmt: str = "c4") -> tuple[dict[str, float], int]:
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
     runs = read_runs(qm.logical_bytes, threads)
     outs = []
     for label, options in variants.items():
-        run = tile.bind(tier, qm, 4 * threads, **options)
+        run = binder(fmt)(tier, qm, 4 * threads, **options)
         runs[label] = lambda run=run: run(x, y)
         run(x, y)
         outs.append(y.copy())
@@ -72,24 +95,26 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=";ahead=4096,locality=0;ahead=4096,locality=3;streams=4",
                     help="semicolon-separated; the default: plain, prefetchnta and prefetcht0 4 KiB ahead, 4 streams")
     ap.add_argument("--bits", default="8,4,3,2")
+    ap.add_argument("--format", choices=("c4", "4x2"), default="c4",
+                    help="c4: the tier's column tiles (packed-<R>c4-<tier>); 4x2: its packed-4x2 kernels")
     args = ap.parse_args(argv)
-    if args.tier not in tile.tile_tiers():
+    if args.format == "c4" and args.tier not in tile.tile_tiers():
         ap.error(f"--tier: {args.tier!r} has no column tiles; one of {', '.join(tile.tile_tiers())}")
     from gemvbw.tiers import usable
     if args.tier not in {t.name for t in usable()}:
         ap.error(f"--tier: {args.tier} cannot run on this CPU (see gemvbw info)")
     try:
         variants = parse_variants(args.variants)
-        for options in variants.values():
-            tile.TileTag(args.tier, 8, 2, **options)
+        check_options(args.format, args.tier, variants)
     except (ValueError, TypeError) as e:
         ap.error(f"--variants: {e}")
     M, K = map(int, args.shape.split("x"))
     numba.set_num_threads(args.threads)
-    print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, tier {args.tier}, cold "
+    print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, {args.format} kernels of tier "
+          f"{args.tier}, cold "
           f"(64 MiB flush), median of {args.rounds} interleaved rounds of 20 calls; % of the fastest read")
     for bits in map(int, args.bits.split(",")):
-        med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds)
+        med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds, fmt=args.format)
         wall = min(us for n, us in med.items() if n.startswith("read"))
         print(f"w{bits}: " + "; ".join(f"{n} {us:.0f} us {nbytes / us / 1e3:.1f} GB/s {100 * wall / us:.0f}%"
                                        for n, us in med.items()), flush=True)

@@ -96,3 +96,17 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script, monkeypatch):
     for bad in ("stream=2", "ahead=x", "ahead", "turn=2"):
         with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N"):
             variants.parse_variants(bad)
+
+
+def test_tile_variants_checks_what_each_format_can_build(load_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
+    prfm = {"default": {}, "t0": {"ahead": 4096, "locality": 3}}
+    variants.check_options("4x2", "avx2", prfm)  # builds tags only: nothing compiles, on any CPU
+    variants.check_options("c4", "avx512vnni-zmm", {**prfm, "s4": {"nstreams": 4}})
+    with pytest.raises(ValueError, match="streams=N: packed-4x2 kernels read 2 groups per thread"):
+        variants.check_options("4x2", "avx2", {"s4": {"nstreams": 4}})
+    with pytest.raises(ValueError, match="no packed kernel for tier 'avx2', w8, prefetch 4096 bytes ahead, locality 5"):
+        variants.check_options("4x2", "avx2", {"bad": {"ahead": 4096, "locality": 5}})
+    with pytest.raises(ValueError, match="prefetch -1 bytes ahead"):
+        variants.check_options("4x2", "neon", {"bad": {"ahead": -1}})

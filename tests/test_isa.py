@@ -235,6 +235,13 @@ def test_every_tier_compiles_to_its_instructions(tier, bits, tmp_path):
         present = [r"vpdpbusd .*ymm"]  # (VEX-encoded where the CPU has AVX-VNNI too)
     if (tier, bits) == ("avx512bw", 3):
         present = [r"^vpmaddubsw .*ymm", r"^vpmaddwd .*ymm"]
+    # w8 does not prefetch; w3 does, 2 KiB ahead: prefetcht0 on x86 (prefetchnta lost there), pldl1strm on ARM
+    hint, other = (r"^prfm\s+pldl1strm", r"^prfm\s+pldl1keep") if by_name(tier).arch == "aarch64" else (
+        r"^prefetcht0", r"^prefetchnta")
+    if bits == 8:
+        absent = [*absent, r"^prfm|^prefetch"]
+    else:
+        present, absent = [*present, hint], [*absent, other]
     _compiled_for(cpu, "4x2", tier, bits, present, absent, tmp_path)
 
 

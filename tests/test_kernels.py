@@ -341,6 +341,16 @@ def test_a_tile_tag_refuses_options_no_kernel_is_built_for(options):
         tile.TileTag(tile.tile_tiers()[0], 4, 2, **options)
 
 
+@pytest.mark.parametrize("options", [{"ahead": -64}, {"locality": 4}, {"locality": -1}])
+def test_a_packed_tag_refuses_options_no_kernel_is_built_for(options):
+    from gemvbw.kernels import packed
+
+    with pytest.raises(ValueError, match="no packed kernel"):
+        packed.KernelTag("avx2", 4, **options)
+    tag = packed.KernelTag("neon", 4)  # the tier's own prefetch when none is asked for
+    assert (tag.ahead, tag.locality) == (packed.PRIMITIVES["neon"].prefetch_ahead[4], 0)
+
+
 @pytest.mark.skipif(not I8, reason=NO_I8)
 @pytest.mark.parametrize("spec", I8, ids=spec_id)
 @pytest.mark.parametrize("M,K", [(40, 200), (32, 256)])

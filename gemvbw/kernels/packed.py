@@ -52,23 +52,30 @@ PAIR_BYTES = {8: 128, 4: 64, 3: 48, 2: 32}
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class KernelTag:
-    """Which tier and width a packed-4x2 kernel compiles for (its numba type carries both)."""
+    """Which tier and width a packed-4x2 kernel compiles for, how far ahead in the codes it prefetches and
+    with which locality hint (default: the tier's; its numba type carries them all, so a benchmark can
+    compare them in one process)."""
 
-    def __init__(self, tier: str, bits: int):
-        if tier not in PRIMITIVES or bits not in PAIR_BYTES:
-            raise ValueError(f"no packed kernel for tier {tier!r}, w{bits}")
+    def __init__(self, tier: str, bits: int, ahead: int | None = None, locality: int | None = None):
+        prim = PRIMITIVES.get(tier)
+        if prim is None or bits not in PAIR_BYTES or (ahead is not None and ahead < 0) or locality not in (
+                None, 0, 1, 2, 3):
+            raise ValueError(f"no packed kernel for tier {tier!r}, w{bits}, prefetch {ahead} bytes ahead, "
+                             f"locality {locality}")
         self.tier, self.bits = tier, bits
+        self.ahead = prim.prefetch_ahead[bits] if ahead is None else ahead
+        self.locality = prim.prefetch_locality if locality is None else locality
 
 
 class KernelTagType(types.Type):
-    def __init__(self, tier: str, bits: int):
-        self.tier, self.bits = tier, bits
-        super().__init__(name=f"KernelTag({tier},w{bits},{FINGERPRINT})")
+    def __init__(self, tier: str, bits: int, ahead: int, locality: int):
+        self.tier, self.bits, self.ahead, self.locality = tier, bits, ahead, locality
+        super().__init__(name=f"KernelTag({tier},w{bits},ahead {ahead},locality {locality},{FINGERPRINT})")
 
 
 @typeof_impl.register(KernelTag)
 def _typeof_tag(val, c):
-    return KernelTagType(val.tier, val.bits)
+    return KernelTagType(val.tier, val.bits, val.ahead, val.locality)
 
 
 register_model(KernelTagType)(models.OpaqueModel)
@@ -321,10 +328,8 @@ def _block_pair(typingctx, tag, pc, k, pm, acts, q, dd, xss, acc):
         kv = context.cast(builder, kv, sig.args[2], types.intp)
         qv = context.cast(builder, qv, sig.args[5], types.intp)
         cofs = builder.mul(kv, ir.Constant(kv.type, ROWS * row_bytes))
-        ahead = prim.prefetch_ahead[bits]
-        if ahead:
-            prefetch(context, builder, pcty, pcv, off(builder, cofs, ahead), ROWS * row_bytes,
-                     getattr(prim, "prefetch_locality", 0))
+        if ttag.ahead:
+            prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), ROWS * row_bytes, ttag.locality)
         aofs = builder.mul(qv, ir.Constant(qv.type, 2 * SUPPORTED_BLOCK))
         isum = _group_isum(prim, bits, context, builder, pcty, pcv, cofs, aty, av, aofs)
         # the factors are loaded after the reduction: loaded before it, LLVM's schedule had one more
@@ -444,9 +449,9 @@ def _stream_count(tag):
 _PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
-def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
+def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, **options) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier (repacked now if not yet,
-    untimed), with a new workspace."""
+    untimed), with a new workspace. ``options``: :class:`KernelTag`'s ahead and locality."""
     if qm.block != SUPPORTED_BLOCK:
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     prim = PRIMITIVES[tier]
@@ -457,12 +462,13 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int) -> tup
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tier)
     pc, pm, npairs = copies[layout]
     work = streams.new_work(qm.K, qm.scale_raw.shape[1], 2 * ROWS, chunks, _scratch_sections(npairs)[2], STREAMS)
-    return (KernelTag(tier, qm.bits), pc, pm, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks)
+    tag = KernelTag(tier, qm.bits, **options)
+    return tag, pc, pm, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks
 
 
-def bind(tier: str, qm, chunks: int):
+def bind(tier: str, qm, chunks: int, **options):
     """run(x, y) of the tier's kernel for ``qm`` (repacked now, untimed; block 64 only). Not reentrant: its
-    calls share one workspace."""
+    calls share one workspace. ``options``: :class:`KernelTag`'s ahead and locality."""
     from gemvbw.kernels import typed_like
 
-    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks))
+    return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, **options))

@@ -50,6 +50,7 @@ class NeonDotprod:
     byte_shifts = True  # ushr on .16b
     insert_high = staticmethod(_insert_high)
     prefetch_ahead = _PREFETCH
+    prefetch_locality = 0  # prfm pldl1strm
 
     def dot(self, builder, terms, code_max):
         sdot = fn(builder, "llvm.aarch64.neon.sdot.v4i32.v16i8", V4I32, [V4I32, V16I8, V16I8])
@@ -74,6 +75,7 @@ class Neon:
     byte_shifts = True  # ushr on .16b
     insert_high = staticmethod(_insert_high)
     prefetch_ahead = _PREFETCH
+    prefetch_locality = 0  # prfm pldl1strm
 
     def dot(self, builder, terms, code_max):
         smull = fn(builder, "llvm.aarch64.neon.smull.v8i16", V8I16, [V8I8, V8I8])

@@ -41,6 +41,12 @@ class Avx2:
     # 2 threads, cold, against prefetching the lines being loaded: w4 1.12-1.16x, w3 1.09-1.27x, w2 1.13-1.25x,
     # flat from 1 to 8 KiB; w8 lost (0.87-0.96x).
     prefetch_ahead = {8: 0, 4: 2048, 3: 2048, 2: 2048}
+    # the hint: prefetcht0. The distances above were measured with prefetchnta on that Zen 3. On an Intel Xeon
+    # (Sapphire Rapids class, 2 GHz; benchmarks/tile_variants.py --format 4x2 --tier avx2, 4096x14336 cold,
+    # 2026-12-03, % of the fastest read) prefetchnta was slower than no prefetch at all and prefetcht0 2 KiB
+    # ahead the fastest: 1 thread w4 65 -> 99 %, w3 38 -> 78, w2 40 -> 79 (no prefetch 92/56/76); 2 threads
+    # 53 -> 89, 33 -> 59, 41 -> 84 (no prefetch 78/47/76). prefetcht0 on a Zen is not measured.
+    prefetch_locality = 3
 
     def dot(self, builder, terms, code_max):
         """<n/4 x i32>: the products of (codes, activations) <n x i8> pairs (n = 32, or 64 on AVX-512BW), each
@@ -88,6 +94,7 @@ class Vnni:
     signed_codes = False
     byte_shifts = False
     prefetch_ahead = Avx2.prefetch_ahead
+    prefetch_locality = Avx2.prefetch_locality
 
     def dot(self, builder, terms, code_max):
         lanes = terms[0][0].type.count // 4  # 8 on 256-bit registers, 16 on 512-bit ones
