@@ -228,11 +228,11 @@ def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
     return bind
 
 
-def _tile_binder(tier: str, ahead: int) -> Callable[[QuantizedMatrix], Runner]:
+def _tile_binder(tier: str, ahead: int, nstreams: int) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
         from gemvbw.kernels import tile
 
-        return tile.bind(tier, qm, 4 * numba.get_num_threads(), ahead)
+        return tile.bind(tier, qm, 4 * numba.get_num_threads(), ahead, nstreams=nstreams)
 
     return bind
 
@@ -258,16 +258,18 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
                 ahead = tile.PRFM_AHEAD.get(bits)
                 hint = tile.HINTS[tile.PREFETCH_LOCALITY]
-                ways = [("", tile.PREFETCH_AHEAD[bits], "")] + ([(
-                    PRFM_SUFFIX, ahead, f"; prefetches {ahead} bytes ahead in its stream ({hint})"
+                streams = tile.PRFM_STREAMS[bits]
+                groups = f", {streams} groups of rows at once per thread" if streams != tile.STREAMS else ""
+                ways = [("", tile.PREFETCH_AHEAD[bits], tile.STREAMS, "")] + ([(
+                    PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream ({hint}){groups}"
                 )] if ahead else [])
                 specs += [KernelSpec(
                     bits, "i8", f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
-                    _tile_binder(t.name, ahead), priority=t.tile_priority - (1 if suffix else 0),
+                    _tile_binder(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
                     activations=dequantized_activations, blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows),
-                    ahead=ahead) for suffix, ahead, what in ways]
+                    ahead=ahead) for suffix, ahead, nstreams, what in ways]
     return specs
 
 

@@ -67,6 +67,11 @@ PRFM_AHEAD = {8: 4096, 4: 4096, 3: 4096, 2: 4096}
 # 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
 # changing between runs on that noisy host). No reading either way: kept at 2.
 STREAMS = 2
+# groups per thread of each width's -prfm twin. w2's twin reads 4: on the Intel Xeon (tile_variants.py, 16c4-zmm,
+# 4096x14336 cold, 2026-12-03, four readings) 4 streams with prefetcht0 4 KiB ahead against 2: 2 threads 94 vs 86,
+# 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 % of the fastest read. w3 was mixed (1 thread 108 vs 125 %), w8 and w4
+# not tried; they keep 2.
+PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: 4}
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
 PREFETCH_LOCALITY = 3
 HINTS = {0: "prefetchnta", 1: "prefetcht2", 2: "prefetcht1", 3: "prefetcht0"}
