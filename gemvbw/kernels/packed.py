@@ -43,7 +43,7 @@ from gemvbw.kernels import FINGERPRINT, streams
 from gemvbw.kernels._common import ROWS
 from gemvbw.kernels.activations import SUPPORTED_BLOCK, permute_into
 from gemvbw.kernels.isa import PRIMITIVES
-from gemvbw.kernels.isa.common import I8, I32, V8F, const, halves, load, meta, off, prefetch, ptr, splat, vec
+from gemvbw.kernels.isa.common import HINTS, I8, I32, V8F, const, halves, load, meta, off, prefetch, ptr, splat, vec
 
 # code bytes of one row's block pair (two blocks of 64)
 PAIR_BYTES = {8: 128, 4: 64, 3: 48, 2: 32}
@@ -58,8 +58,8 @@ class KernelTag:
 
     def __init__(self, tier: str, bits: int, ahead: int | None = None, locality: int | None = None):
         prim = PRIMITIVES.get(tier)
-        if prim is None or bits not in PAIR_BYTES or (ahead is not None and ahead < 0) or locality not in (
-                None, 0, 1, 2, 3):
+        if (prim is None or bits not in PAIR_BYTES or (ahead is not None and ahead < 0)
+                or (locality is not None and locality not in HINTS)):
             raise ValueError(f"no packed kernel for tier {tier!r}, w{bits}, prefetch {ahead} bytes ahead, "
                              f"locality {locality}")
         self.tier, self.bits = tier, bits

@@ -41,7 +41,7 @@ from numba.extending import NativeValue, intrinsic, models, overload, register_m
 from gemvbw.kernels import FINGERPRINT, streams
 from gemvbw.kernels.activations import SUPPORTED_BLOCK
 from gemvbw.kernels.isa import PRIMITIVES
-from gemvbw.kernels.isa.common import F32, I8, I32, broadcast, const, load, meta, off, prefetch, ptr, splat, vec
+from gemvbw.kernels.isa.common import F32, HINTS, I8, I32, broadcast, const, load, meta, off, prefetch, ptr, splat, vec
 
 WIDTHS = (8, 4, 3, 2)
 ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait on its latency
@@ -74,7 +74,6 @@ STREAMS = 2
 PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: 4}
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
 PREFETCH_LOCALITY = 3
-HINTS = {0: "prefetchnta", 1: "prefetcht2", 2: "prefetcht1", 3: "prefetcht0"}
 
 
 def tile_tiers() -> list[str]:

@@ -70,6 +70,10 @@ def halves(builder, v):
     return lo, hi
 
 
+# llvm.prefetch locality -> the x86 instruction it becomes (aarch64: 0 prfm pldl1strm, 1-3 pldl3/2/1keep)
+HINTS = {0: "prefetchnta", 1: "prefetcht2", 2: "prefetcht1", 3: "prefetcht0"}
+
+
 def prefetch(context, builder, arrty, arr, offset, nbytes: int, locality: int = 0) -> None:
     """Ask for the cache lines of arr[offset:offset+nbytes]: a hint that never faults, even past the end.
     locality 0 (prefetchnta, used once) to 3 (prefetcht0, keep in every level)."""
