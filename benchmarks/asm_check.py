@@ -34,7 +34,7 @@ import numba
 import numpy as np
 
 from gemvbw import kernels, tiers
-from gemvbw.kernels import packed, streams, tile
+from gemvbw.kernels import streams
 from gemvbw.quant import random_activations, random_quantized
 
 ARM = platform.machine() in ("aarch64", "arm64")
@@ -58,10 +58,9 @@ def fresh_asm(spec: kernels.KernelSpec) -> str:
     qm = random_quantized(64, 1024, bits=spec.bits, block=64, meta_bytes=2)
     x = random_activations(1024)
     y = np.zeros(64, np.float32)
-    if spec.layout is not None:  # the int8 layouts share one skeleton
+    if spec.kernel_args is not None:  # the int8 layouts share one skeleton; the variant's own call
         fn = streams.gemv_streams
-        args = (packed.kernel_args(spec.tier, qm, x, y, 8) if spec.layout[0] == "4x2"
-                else tile.kernel_args(spec.tier, qm, x, y, 8, spec.ahead))
+        args = spec.kernel_args(qm, x, y, 8)
     else:
         from gemvbw.kernels import w2, w3, w4, w8
 

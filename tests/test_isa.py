@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+import numba
 import pytest
 
 from gemvbw import kernels, system, tiers
@@ -95,6 +96,26 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     assert len({s.layout for s in specs if s.bits == 4 and "16c4" in s.variant}) == 1
     # a column tile is preferred over its tier's packed-4x2 where no calibration says otherwise
     assert all(a.priority > b.priority for a in specs if "c4" in a.variant for b in specs if "4x2" in b.variant)
+
+
+def test_each_int8_variant_states_the_call_it_binds(monkeypatch):
+    # benchmarks/asm_check.py compiles a variant from its kernel_args: they must be the call its bind makes (the
+    # tag carries prefetch distance, hint and streams), or the check reads other code than the sweep times
+    from gemvbw.kernels import streams, tile
+    from gemvbw.quant import random_quantized
+
+    monkeypatch.setattr(streams, "bind", lambda args: args)
+    specs = kernels.i8_specs([t for t in tiers.TIERS if t.arch == ARCH])
+    assert specs, f"no int8 tier for {ARCH}"
+    qm = random_quantized(8, 128, bits=2, block=64)
+    for spec in (s for s in specs if s.bits == 2):
+        bound = spec.bind(qm)
+        stated = spec.kernel_args(qm, *kernels.typed_like(qm), bound[-1])  # the same chunks
+        assert numba.typeof(stated[0]) == numba.typeof(bound[0]), spec.variant
+    twins = [s for s in specs if s.bits == 2 and s.variant.endswith("-prfm")]
+    for spec in twins:
+        tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
+        assert (tag.ahead, tag.nstreams) == (tile.PRFM_AHEAD[2], tile.PRFM_STREAMS[2]), spec.variant
 
 
 def test_a_target_promising_what_the_cpu_lacks_is_unsafe_only_when_the_user_named_it():
@@ -188,8 +209,9 @@ COMPILE_ONLY = textwrap.dedent("""
     if layout == "4x2":  # (tag, copy, metadata, workspace, ...)
         args = (packed.KernelTag(tier, bits), a8, a16, *rest)
     else:  # the tiles hold their own metadata; "c4-prfm": the twin that prefetches
-        ahead = tile.PRFM_AHEAD[bits] if layout == "c4-prfm" else None
-        args = (tile.TileTag(tier, bits, 2, ahead), a8, a8, *rest)
+        prfm = layout == "c4-prfm"
+        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.PRFM_STREAMS[bits]) if prfm else (None, tile.STREAMS)
+        args = (tile.TileTag(tier, bits, 2, ahead, nstreams), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)
     fn.compile(sig)  # compiled for the CPU numba was told; never called

@@ -68,6 +68,9 @@ class KernelSpec:
     layout: tuple | None = None
     # column tiles: bytes the variant prefetches ahead in its stream (0: none; the -prfm variants)
     ahead: int = 0
+    # int8 variants: (qm, x, y, chunks) -> the arguments of gemvbw.kernels.streams.gemv_streams that bind
+    # uses, tag included; benchmarks/asm_check.py compiles from them, so it reads the code that runs
+    kernel_args: Callable[..., tuple] | None = None
 
     def session(self, threads: int) -> ContextManager:
         return self.context(threads) if self.context is not None else contextlib.nullcontext()
@@ -219,38 +222,54 @@ PRFM_SUFFIX = "-prfm"  # a column tile that prefetches ahead in its stream (XNNP
 ALIASES = {"packed": "packed-"}
 
 
-def _packed_binder(tier: str) -> Callable[[QuantizedMatrix], Runner]:
-    def bind(qm: QuantizedMatrix) -> Runner:
+def _packed_args(tier: str) -> Callable[..., tuple]:
+    def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import packed
 
-        return packed.bind(tier, qm, 4 * numba.get_num_threads())
+        return packed.kernel_args(tier, qm, x, y, chunks)
 
-    return bind
+    return args
 
 
-def _tile_binder(tier: str, ahead: int, nstreams: int) -> Callable[[QuantizedMatrix], Runner]:
-    def bind(qm: QuantizedMatrix) -> Runner:
+def _tile_args(tier: str, ahead: int, nstreams: int) -> Callable[..., tuple]:
+    def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import tile
 
-        return tile.bind(tier, qm, 4 * numba.get_num_threads(), ahead, nstreams=nstreams)
+        return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams)
+
+    return args
+
+
+def _streams_binder(kernel_args: Callable[..., tuple]) -> Callable[[QuantizedMatrix], Runner]:
+    def bind(qm: QuantizedMatrix) -> Runner:
+        from gemvbw.kernels import streams
+
+        return streams.bind(kernel_args(qm, *typed_like(qm), 4 * numba.get_num_threads()))
 
     return bind
+
+
+def _i8_spec(bits: int, variant: str, description: str, kernel_args: Callable[..., tuple], **fields) -> KernelSpec:
+    """An int8 variant whose bind and whose kernel_args build the same call."""
+    from gemvbw.kernels.activations import SUPPORTED_BLOCK, dequantized_activations
+
+    return KernelSpec(bits, "i8", variant, description, _streams_binder(kernel_args),
+                      activations=dequantized_activations, blocks=(SUPPORTED_BLOCK,), kernel_args=kernel_args,
+                      **fields)
 
 
 def i8_specs(usable_tiers) -> list[KernelSpec]:
     """The int8-activation variants of the given tiers, every width."""
     from gemvbw.kernels import packed, tile
-    from gemvbw.kernels.activations import SUPPORTED_BLOCK, dequantized_activations
 
     specs = []
     for t in usable_tiers:
         prim = packed.PRIMITIVES[t.name]
         for bits in (8, 4, 3, 2):
-            specs.append(KernelSpec(
-                bits, "i8", PACKED_PREFIX + t.name,
+            specs.append(_i8_spec(
+                bits, PACKED_PREFIX + t.name,
                 f"int8 activations, weights repacked for four rows x two blocks per step; {t.summary}",
-                _packed_binder(t.name), priority=t.priority, activations=dequantized_activations,
-                blocks=(SUPPORTED_BLOCK,), tier=t.name,
+                _packed_args(t.name), priority=t.priority, tier=t.name,
                 layout=("4x2", packed.layout_bytes(prim), packed.code_bias(prim, bits))))
         if t.name in tile.tile_tiers():
             rows = tile.tile_rows(t.name)
@@ -263,13 +282,12 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 ways = [("", tile.PREFETCH_AHEAD[bits], tile.STREAMS, "")] + ([(
                     PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream ({hint}){groups}"
                 )] if ahead else [])
-                specs += [KernelSpec(
-                    bits, "i8", f"packed-{rows}c4-{t.name}{suffix}",
+                specs += [_i8_spec(
+                    bits, f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
-                    _tile_binder(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
-                    activations=dequantized_activations, blocks=(SUPPORTED_BLOCK,), tier=t.name, layout=("c4", rows),
-                    ahead=ahead) for suffix, ahead, nstreams, what in ways]
+                    _tile_args(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
+                    tier=t.name, layout=("c4", rows), ahead=ahead) for suffix, ahead, nstreams, what in ways]
     return specs
 
 
