@@ -1,6 +1,7 @@
 """Each int8 tier against the memory wall measured the way the kernels are: a plain read of the same bytes.
 
     python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--md PATH]
+    python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9]
 
 The sweep's read roofline is taken once, at the start, over a 256 MiB buffer with no flush.
 On a shared machine the bandwidth moves while a sweep runs (seen here: 30 and 57 GB/s within
@@ -11,6 +12,11 @@ reports the medians and each tier's share of the read: how close the kernel is t
 it actually had. The read is taken as the sweep's roofline takes it: one sequential stream per
 thread, and 4 and 8 streams per thread, each timed in the rotation, the fastest median being
 the wall (the table says which). Nothing here is asserted; run it on a quiet machine.
+
+--read-ratios asks what the latency ratios t(wN)/t(w8) can be on this machine: it times no kernel,
+only plain reads of each width's logical bytes (every way above), all widths interleaved in the same
+rounds, and prints each width's fastest read and its latency against w8's beside the bytes' ratio.
+A kernel at the wall has the read's ratio, not the bytes', where the two differ.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import argparse
 import statistics
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numba
 import numpy as np
 
 from gemvbw import kernels, system
 from gemvbw.harness import CacheFlusher, time_groups
+from gemvbw.metrics import logical_bytes
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
 
@@ -67,6 +75,23 @@ def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 2
     return interleaved_medians(runs, rounds, calls) | {"_bytes": qm.logical_bytes}
 
 
+def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) -> list[str]:
+    """Markdown lines: each width's plain read (fastest way, median, interleaved with every other width's) and
+    its latency and bytes against w8's."""
+    nbytes = {b: logical_bytes(M, K, b, 64, 2) for b in widths}
+    runs = {f"w{b} {way}": f for b in widths for way, f in read_runs(nbytes[b], threads).items()}
+    med = interleaved_medians(runs, rounds)
+    fastest = {b: min(us for name, us in med.items() if name.startswith(f"w{b} ")) for b in widths}
+    lines = ["width | bytes | plain read (fastest way, median) | t(wN)/t(w8) of the read | bytes / w8's bytes",
+             "---|---:|---|---:|---:"]
+    for b in widths:
+        streams = int(min((n for n in med if n.startswith(f"w{b} ")), key=med.get).split()[-1])
+        ratio = (f"{fastest[b] / fastest[8]:.2f}", f"{nbytes[b] / nbytes[8]:.2f}") if 8 in fastest else ("-", "-")
+        lines.append(f"w{b} | {nbytes[b]} | {fastest[b]:.0f} us, {nbytes[b] / fastest[b] / 1e3:.1f} GB/s ({streams} "
+                     f"stream{'s' if streams > 1 else ''} per thread) | {ratio[0]} | {ratio[1]}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="4096x14336")
@@ -74,9 +99,19 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--bits", default="8,4,3,2")
     ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
+    ap.add_argument("--read-ratios", action="store_true",
+                    help="time only plain reads of each width's bytes, interleaved across widths (see above)")
     args = ap.parse_args(argv)
     M, K = map(int, args.shape.split("x"))
     numba.set_num_threads(args.threads)
+    if args.read_ratios:
+        lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
+                 f"median of {args.rounds} rounds of 20 calls, every width's reads interleaved", "",
+                 *read_ratios(M, K, [int(b) for b in args.bits.split(",")], args.threads, args.rounds)]
+        print("\n".join(lines))
+        if args.md:
+            Path(args.md).write_text("\n".join(lines) + "\n")
+        return 0
     lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
              f"median of {args.rounds} interleaved rounds of 20 calls", "",
              "width | plain read of the same bytes | tier: latency, GB/s, share of the read", "---|---|---"]

@@ -110,3 +110,22 @@ def test_tile_variants_checks_what_each_format_can_build(load_script, monkeypatc
         variants.check_options("4x2", "avx2", {"bad": {"ahead": 4096, "locality": 5}})
     with pytest.raises(ValueError, match="prefetch -1 bytes ahead"):
         variants.check_options("4x2", "neon", {"bad": {"ahead": -1}})
+
+
+def test_read_ratios_set_each_widths_fastest_read_against_w8s(load_script, monkeypatch):
+    wall = load_script("benchmarks/wall.py", "bench_wall")
+    timed = {}
+
+    def medians(runs, rounds):  # fixed figures in place of timing: w8's reads 100/90/95 us, w2's 40/35/45
+        timed.update(runs)
+        figures = {"w8": (100.0, 90.0, 95.0), "w2": (40.0, 35.0, 45.0)}
+        return {name: figures[name.split()[0]][i % 3] for i, name in enumerate(runs)}
+
+    monkeypatch.setattr(wall, "interleaved_medians", medians)
+    monkeypatch.setattr(wall, "read_runs", lambda nbytes, threads: {f"read {s}": None for s in (1, 4, 8)})
+    lines = wall.read_ratios(64, 128, [8, 2], 1, 3)
+    assert list(timed) == [f"w{b} read {s}" for b in (8, 2) for s in (1, 4, 8)]  # every width in one rotation
+    w8_bytes, w2_bytes = 64 * 128 + 64 * 2 * 4, 64 * 128 // 4 + 64 * 2 * 4
+    assert lines[2] == f"w8 | {w8_bytes} | 90 us, {w8_bytes / 90e3:.1f} GB/s (4 streams per thread) | 1.00 | 1.00"
+    assert lines[3] == (f"w2 | {w2_bytes} | 35 us, {w2_bytes / 35e3:.1f} GB/s (4 streams per thread) | "
+                        f"{35 / 90:.2f} | {w2_bytes / w8_bytes:.2f}")
