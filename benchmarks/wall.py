@@ -81,11 +81,12 @@ def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) ->
     nbytes = {b: logical_bytes(M, K, b, 64, 2) for b in widths}
     runs = {f"w{b} {way}": f for b in widths for way, f in read_runs(nbytes[b], threads).items()}
     med = interleaved_medians(runs, rounds)
-    fastest = {b: min(us for name, us in med.items() if name.startswith(f"w{b} ")) for b in widths}
+    best = {b: min((n for n in med if n.startswith(f"w{b} ")), key=med.get) for b in widths}  # "wB read S"
+    fastest = {b: med[best[b]] for b in widths}
     lines = ["width | bytes | plain read (fastest way, median) | t(wN)/t(w8) of the read | bytes / w8's bytes",
              "---|---:|---|---:|---:"]
     for b in widths:
-        streams = int(min((n for n in med if n.startswith(f"w{b} ")), key=med.get).split()[-1])
+        streams = int(best[b].split()[-1])
         ratio = (f"{fastest[b] / fastest[8]:.2f}", f"{nbytes[b] / nbytes[8]:.2f}") if 8 in fastest else ("-", "-")
         lines.append(f"w{b} | {nbytes[b]} | {fastest[b]:.0f} us, {nbytes[b] / fastest[b] / 1e3:.1f} GB/s ({streams} "
                      f"stream{'s' if streams > 1 else ''} per thread) | {ratio[0]} | {ratio[1]}")
