@@ -11,7 +11,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    (--flush-mib 0) at 4096x14336; twice, the peers' second run between the two, each figure the
    better of its two (as each peer's is);
 3. gemvbw model qwen3-0.6b --bits 4, with the default (int8) and f32 activations;
-4. benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier);
+4. benchmarks/wall.py at each thread count, after the first int8 sweeps: each tier against a plain read of
+   its bytes, and (--latency-ratios) every width's kernels and reads in the same rounds;
+   then benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier);
 5. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before gemvbw's sweeps and between its two int8 runs (best of the two), for a side-by-side on the same
    machine.
@@ -218,6 +220,16 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336") -> l
     return lines + [""]
 
 
+def wall_md(*args: str) -> list[str]:
+    """The markdown table of benchmarks/wall.py run with args."""
+    with tempfile.TemporaryDirectory() as d:
+        md = Path(d) / "wall.md"
+        print("+ benchmarks/wall.py", *args, file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, str(HERE / "wall.py"), *args, "--md", str(md)], check=True,
+                       stdout=subprocess.DEVNULL)
+        return md.read_text().splitlines()
+
+
 def best_of(runs: list[dict], shape: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for run in runs:
@@ -286,14 +298,10 @@ def main() -> int:
     i8, warm = {}, {}
     for t in counts:
         i8[t], warm[t] = int8_sweeps(t)
-    walls = {}
-    for t in counts:  # each tier against a plain read of the same bytes, interleaved (the wall it had)
-        with tempfile.TemporaryDirectory() as d:
-            md = Path(d) / "wall.md"
-            print(f"+ benchmarks/wall.py --threads {t}", file=sys.stderr, flush=True)
-            subprocess.run([sys.executable, str(HERE / "wall.py"), "--threads", str(t), "--md", str(md)], check=True,
-                           stdout=subprocess.DEVNULL)
-            walls[t] = md.read_text().splitlines()
+    # each tier against a plain read of the same bytes, interleaved (the wall it had); and every width's kernels
+    # and reads in the same rounds (the latency ratios at the same minutes)
+    walls = {t: wall_md("--threads", str(t)) for t in counts}
+    ratios = {t: wall_md("--latency-ratios", "--threads", str(t)) for t in counts}
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
@@ -335,6 +343,11 @@ def main() -> int:
                   "--shape ...`)", ""]
         lines += ["### The bars at 4096x14336, cold", ""]
         lines += bars(i8[t], best_of(mnn_runs[t], "4096x14336") if t in mnn_runs else None)
+        lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
+                  "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
+                  "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "
+                  "variant against w8's, beside each width's read against w8's read (what a kernel at the wall "
+                  "would show on this machine now) and the bytes' ratio:", ""] + ratios[t] + [""]
         lines += ["### Against the wall it had (`benchmarks/wall.py`)", "",
                   "The read roofline above is taken once, before the sweep; this machine's bandwidth moves while "
                   "a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "

@@ -11,7 +11,7 @@ prefetch hint: 0 prefetchnta, 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for
 semicolons, and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` and
 :class:`gemvbw.kernels.packed.KernelTag` hold the defaults).
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
-each variant, checks that they all give the same y bit for bit, and
+each variant, checks that they all give the same y bit for bit and that it matches the numpy reference, and
 times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
 of the same bytes (1, 4 and 8 streams per thread), each call after a 64 MiB flush, 20 calls per round; it
 prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
@@ -26,9 +26,10 @@ import sys
 import numba
 import numpy as np
 
-from gemvbw import system
+from gemvbw import kernels, system
 from gemvbw.kernels import tile
 from gemvbw.quant import random_activations, random_quantized
+from gemvbw.verify import reference_gemv, relative_error
 from wall import interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
 
 OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality"}
@@ -83,6 +84,10 @@ def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, 
         outs.append(y.copy())
     if not all(np.array_equal(outs[0], o) for o in outs[1:]):
         raise SystemExit(f"w{bits}: the variants give different y; not timed")
+    spec = kernels.variants(bits, "i8")[0]  # the int8 kernels' reference: x quantized per block, and tolerance
+    err = relative_error(outs[0], *reference_gemv(qm, spec.reference_x(x, qm.block)))
+    if not err <= spec.tolerance:
+        raise SystemExit(f"w{bits}: the variants' y is off the reference (max rel err {err:.2e}); not timed")
     return interleaved_medians(runs, rounds, calls), qm.logical_bytes
 
 

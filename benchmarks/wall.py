@@ -2,6 +2,7 @@
 
     python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--md PATH]
     python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9]
+    python benchmarks/wall.py --latency-ratios [--shape ...] [--threads 2] [--rounds 9] [--md PATH]
 
 The sweep's read roofline is taken once, at the start, over a 256 MiB buffer with no flush.
 On a shared machine the bandwidth moves while a sweep runs (seen here: 30 and 57 GB/s within
@@ -17,6 +18,14 @@ the wall (the table says which). Nothing here is asserted; run it on a quiet mac
 only plain reads of each width's logical bytes (every way above), all widths interleaved in the same
 rounds, and prints each width's fastest read and its latency against w8's beside the bytes' ratio.
 A kernel at the wall has the read's ratio, not the bytes', where the two differ.
+
+--latency-ratios puts the two side by side: every width's int8 variants and every width's plain reads, all
+in the same rounds, so that each width's fastest kernel is set against w8's fastest kernel and each width's
+read against w8's read, all at the same minutes (a sweep takes the widths one after another, minutes apart,
+and this machine's bandwidth moves in that time).
+
+Every variant is checked against the numpy reference before it is timed; one that fails is named and left
+out, never timed.
 """
 
 from __future__ import annotations
@@ -33,8 +42,12 @@ import numpy as np
 from gemvbw import kernels, system
 from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.metrics import logical_bytes
+
+# the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
+LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
+from gemvbw.verify import reference_gemv, verify
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
@@ -63,15 +76,29 @@ def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, call
     return {n: statistics.median(v) for n, v in samples.items()}
 
 
+def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[str, Callable[[], object]]:
+    """{prefix + variant: a call} of every int8 variant of qm's width that matches the numpy reference (the int8
+    variants share one: x quantized per block); a variant that does not is named on stderr and left out."""
+    runs, references = {}, {}
+    for spec in kernels.variants(qm.bits, "i8"):
+        if spec.activations not in references:
+            references[spec.activations] = reference_gemv(qm, spec.reference_x(x, qm.block))
+        check = verify(spec, qm, x, references[spec.activations])
+        if not check.ok:
+            print(f"w{qm.bits} {spec.variant}: FAILED verification (max rel err {check.max_rel_err:.2e} > "
+                  f"{check.tolerance:.0e}); not timed", file=sys.stderr, flush=True)
+            continue
+        run = spec.bind(qm)
+        runs[prefix + spec.variant] = lambda run=run: run(x, y)
+    return runs
+
+
 def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
     """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
-    runs = read_runs(qm.logical_bytes, threads)
-    for spec in kernels.variants(bits, "i8"):
-        run = spec.bind(qm)
-        runs[spec.variant] = lambda run=run: run(x, y)
+    runs = read_runs(qm.logical_bytes, threads) | verified_runs(qm, x, y)
     return interleaved_medians(runs, rounds, calls) | {"_bytes": qm.logical_bytes}
 
 
@@ -93,6 +120,45 @@ def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) ->
     return lines
 
 
+def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) -> list[str]:
+    """Markdown lines: every width's verified int8 variants and plain reads of its bytes, all interleaved in the
+    same rounds; per width its fastest read and fastest variant (medians), and each against w8's."""
+    x = random_activations(K, 0)
+    y = np.empty(M, np.float32)
+    runs, nbytes = {}, {}
+    for b in widths:
+        qm = random_quantized(M, K, b, seed=b)
+        nbytes[b] = qm.logical_bytes
+        runs |= {f"w{b} {way}": f for way, f in read_runs(nbytes[b], threads).items()}
+        runs |= verified_runs(qm, x, y, f"w{b} ")
+    med = interleaved_medians(runs, rounds)
+    reads, fastest = {}, {}
+    for name, us in med.items():
+        width, what = name.split(" ", 1)
+        pick = reads if what.startswith("read ") else fastest
+        if width not in pick or us < med[pick[width]]:
+            pick[width] = name
+    lines = ["width | bytes / w8's | plain read (fastest way, median) | read t(wN)/t(w8) | fastest variant (median) "
+             "| % of the read | kernel t(wN)/t(w8) (bar)", "---|---:|---|---:|---|---:|---:"]
+    for b in widths:
+        w = f"w{b}"
+        read, kern = med[reads[w]], med[fastest[w]] if w in fastest else None
+        streams = int(reads[w].split()[-1])
+        read_cell = f"{read:.0f} us, {nbytes[b] / read / 1e3:.1f} GB/s ({streams} stream{'s' if streams > 1 else ''} per thread)"
+        ratios = ["-", "-", "-"]
+        if 8 in nbytes:
+            ratios[:2] = f"{nbytes[b] / nbytes[8]:.2f}", f"{read / med[reads['w8']]:.2f}"
+            if kern is not None and "w8" in fastest:
+                q = kern / med[fastest["w8"]]
+                bar = f", {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}" if b in LATENCY else ""
+                ratios[2] = f"{q:.2f}{bar}"
+        kern_cell = "- (none verified)" if kern is None else \
+            f"{fastest[w].split(' ', 1)[1].removeprefix(kernels.PACKED_PREFIX)} {kern:.0f} us"
+        share = "-" if kern is None else f"{100 * read / kern:.0f}"
+        lines.append(f"{w} | {ratios[0]} | {read_cell} | {ratios[1]} | {kern_cell} | {share} | {ratios[2]}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="4096x14336")
@@ -102,13 +168,18 @@ def main(argv=None) -> int:
     ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
     ap.add_argument("--read-ratios", action="store_true",
                     help="time only plain reads of each width's bytes, interleaved across widths (see above)")
+    ap.add_argument("--latency-ratios", action="store_true",
+                    help="every width's variants and reads interleaved in the same rounds; ratios against w8's")
     args = ap.parse_args(argv)
     M, K = map(int, args.shape.split("x"))
     numba.set_num_threads(args.threads)
-    if args.read_ratios:
+    if args.read_ratios or args.latency_ratios:
+        widths = [int(b) for b in args.bits.split(",")]
+        what, table = (("every width's variants and reads", latency_ratios) if args.latency_ratios
+                       else ("every width's reads", read_ratios))
         lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
-                 f"median of {args.rounds} rounds of 20 calls, every width's reads interleaved", "",
-                 *read_ratios(M, K, [int(b) for b in args.bits.split(",")], args.threads, args.rounds)]
+                 f"median of {args.rounds} rounds of 20 calls, {what} interleaved", "",
+                 *table(M, K, widths, args.threads, args.rounds)]
         print("\n".join(lines))
         if args.md:
             Path(args.md).write_text("\n".join(lines) + "\n")

@@ -129,3 +129,49 @@ def test_read_ratios_set_each_widths_fastest_read_against_w8s(load_script, monke
     assert lines[2] == f"w8 | {w8_bytes} | 90 us, {w8_bytes / 90e3:.1f} GB/s (4 streams per thread) | 1.00 | 1.00"
     assert lines[3] == (f"w2 | {w2_bytes} | 35 us, {w2_bytes / 35e3:.1f} GB/s (4 streams per thread) | "
                         f"{35 / 90:.2f} | {w2_bytes / w8_bytes:.2f}")
+
+
+def test_latency_ratios_set_each_widths_fastest_kernel_and_read_against_w8s(load_script, monkeypatch):
+    wall = load_script("benchmarks/wall.py", "bench_wall")
+    timed = {}
+    figures = {"w8 read 1": 100.0, "w8 read 4": 90.0, "w8 a": 80.0, "w8 b": 85.0,
+               "w2 read 1": 30.0, "w2 read 4": 36.0, "w2 a": 40.0, "w2 b": 27.0}
+
+    def medians(runs, rounds):  # fixed figures in place of timing
+        timed.update(runs)
+        return {name: figures[name] for name in runs}
+
+    monkeypatch.setattr(wall, "interleaved_medians", medians)
+    monkeypatch.setattr(wall, "read_runs", lambda nbytes, threads: {f"read {s}": None for s in (1, 4)})
+    monkeypatch.setattr(wall, "verified_runs", lambda qm, x, y, prefix: {prefix + v: None for v in "ab"})
+    lines = wall.latency_ratios(64, 128, [8, 2], 1, 3)
+    assert list(timed) == ["w8 read 1", "w8 read 4", "w8 a", "w8 b", "w2 read 1", "w2 read 4", "w2 a", "w2 b"]
+    w8_bytes, w2_bytes = 64 * 128 + 64 * 2 * 4, 64 * 128 // 4 + 64 * 2 * 4
+    assert lines[2] == f"w8 | 1.00 | 90 us, {w8_bytes / 90e3:.1f} GB/s (4 streams per thread) | 1.00 | a 80 us | 112 | 1.00"
+    assert lines[3] == (f"w2 | {w2_bytes / w8_bytes:.2f} | 30 us, {w2_bytes / 30e3:.1f} GB/s (1 stream per thread) | "
+                        f"{30 / 90:.2f} | b 27 us | 111 | {27 / 80:.2f}, NOT met <= 0.32")
+
+
+def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeypatch, capsys):
+    import numpy as np
+
+    from gemvbw import kernels
+    from gemvbw.quant import random_activations, random_quantized
+
+    wall = load_script("benchmarks/wall.py", "bench_wall")
+    good = kernels.variants(4, "i8")[0]  # whichever this CPU runs best
+
+    def wrong(qm):
+        run = good.bind(qm)
+
+        def off_by_some(x, y):
+            run(x, y)
+            y[0] += 1.0
+        return off_by_some
+
+    bad = kernels.KernelSpec(4, "i8", "wrong", "y[0] off", wrong, activations=good.activations)
+    monkeypatch.setattr(wall.kernels, "variants", lambda bits, act: [good, bad])
+    qm = random_quantized(32, 128, 4, seed=1)
+    runs = wall.verified_runs(qm, random_activations(128, 0), np.empty(32, np.float32), "w4 ")
+    assert list(runs) == [f"w4 {good.variant}"]
+    assert "w4 wrong: FAILED verification" in capsys.readouterr().err
