@@ -7,7 +7,8 @@
 A variant is a list of the kernel tag's options, ``name=value`` joined by commas: ``ahead`` (bytes ahead to
 prefetch, 0 for none; the column tiles' -prfm twins use 4096, packed-4x2 2048 for w4-w2), ``locality`` (the
 prefetch hint: 0 prefetchnta, 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only,
-``streams`` (groups of rows a thread reads at once; gemvbw's kernels use 2); variants are separated by
+``streams`` (groups of rows a thread reads at once; gemvbw's kernels use 2) and ``split`` (w3 only: 1 its
+codes two whole and one split to a byte, gemvbw's layout; 0 two bit planes); variants are separated by
 semicolons, and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` and
 :class:`gemvbw.kernels.packed.KernelTag` hold the defaults).
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
@@ -32,7 +33,7 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.verify import reference_gemv, relative_error
 from wall import interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
 
-OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality"}
+OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality", "split": "w3_split"}
 
 
 def parse_variants(text: str) -> dict[str, dict[str, int]]:
@@ -66,6 +67,8 @@ def check_options(fmt: str, tier: str, variants: dict[str, dict[str, int]]) -> N
             tile.TileTag(tier, 8, 2, **options)
         elif "nstreams" in options:
             raise ValueError("streams=N: packed-4x2 kernels read 2 groups per thread, not an option of theirs")
+        elif "w3_split" in options:
+            raise ValueError("split=N: packed-4x2 kernels have one w3 layout, not an option of theirs")
         else:
             packed.KernelTag(tier, 8, **options)
 

@@ -94,7 +94,7 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script, monkeypatch):
     assert got == {"default": {}, "streams=4": {"nstreams": 4},
                    "streams=3, ahead=4096 ,locality=3": {"nstreams": 3, "ahead": 4096, "locality": 3}}
     for bad in ("stream=2", "ahead=x", "ahead", "turn=2"):
-        with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N"):
+        with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N, split=N"):
             variants.parse_variants(bad)
 
 
@@ -106,6 +106,9 @@ def test_tile_variants_checks_what_each_format_can_build(load_script, monkeypatc
     variants.check_options("c4", "avx512vnni-zmm", {**prfm, "s4": {"nstreams": 4}})
     with pytest.raises(ValueError, match="streams=N: packed-4x2 kernels read 2 groups per thread"):
         variants.check_options("4x2", "avx2", {"s4": {"nstreams": 4}})
+    with pytest.raises(ValueError, match="split=N: packed-4x2 kernels have one w3 layout"):
+        variants.check_options("4x2", "avx2", {"planes": {"w3_split": 0}})
+    assert variants.parse_variants("split=0") == {"split=0": {"w3_split": 0}}
     with pytest.raises(ValueError, match="no packed kernel for tier 'avx2', w8, prefetch 4096 bytes ahead, locality 5"):
         variants.check_options("4x2", "avx2", {"bad": {"ahead": 4096, "locality": 5}})
     with pytest.raises(ValueError, match="prefetch -1 bytes ahead"):

@@ -298,8 +298,8 @@ def test_column_tiles_compile_to_broadcast_dot_products(tier, bits, tmp_path):
     if ARCH != "x86_64":
         pytest.skip(f"{tier} is an x86_64 tier; numba here targets {ARCH} only")
     cpu, present, absent = TILE_FOREIGN[tier]
-    if bits == 3 and tier != "avxvnni":  # w3's two planes multiply the same four activations: LLVM broadcasts
-        # each word into a register once for both instead of folding it into each vpdpbusd
+    if bits == 3 and tier != "avxvnni":  # w3's split groups (a field of low bits, one of high) multiply the same
+        # four activations twice: LLVM broadcasts each such word into a register once for both
         present = [r"^vpdpbusd .*" + ("zmm" if tier.endswith("zmm") else "ymm"), r"^vpbroadcastd"]
     _compiled_for(cpu, "c4", tier, bits, present, [*absent, r"^prefetch"], tmp_path)
 

@@ -258,38 +258,61 @@ def _unpacked_codes(qm):
     return out
 
 
+def _documented_tile_byte(codes, bits, s, t, w3_split):
+    """Byte t of a row's lane in code vector s of a tile, from that row's 64 codes of the block, as the
+    tile's docstring lays them out (group q: weights 4q .. 4q + 3)."""
+    c = [int(codes[4 * q + t]) for q in range(16)]
+    if bits != 3:  # P = 8 / bits whole codes to a byte: groups P*s + p at bits bits*p
+        P = 8 // bits
+        return sum(c[P * s + p] << (bits * p) for p in range(P))
+    if w3_split:  # groups 2s and 2s + 1 whole at bits 0-2 and 3-5; bits 6-7: groups 12-15 split
+        byte = c[2 * s] | c[2 * s + 1] << 3
+        if s < 4:
+            return byte | (c[12 + s] & 3) << 6  # group 12 + s's low two bits
+        return byte | (c[12 + 2 * (s - 4)] >> 2) << 6 | (c[13 + 2 * (s - 4)] >> 2) << 7  # two high bits
+    if s < 4:  # two bit planes: the low two bits of groups 4s + p at bits 2p, then
+        return sum((c[4 * s + p] & 3) << (2 * p) for p in range(4))
+    return sum((c[8 * (s - 4) + p] >> 2) << p for p in range(8))  # the high bits of groups 8(s - 4) + p at bit p
+
+
 @pytest.mark.parametrize("rows", [8, 16])
-@pytest.mark.parametrize("bits", tile.WIDTHS)
+@pytest.mark.parametrize("bits,w3_split", [(8, True), (4, True), (3, True), (3, False), (2, True)])
 @pytest.mark.parametrize("meta_bytes", [2, 4])
-def test_column_tiles_hold_the_documented_bytes(rows, bits, meta_bytes):
+def test_column_tiles_hold_the_documented_bytes(rows, bits, w3_split, meta_bytes):
     if EMULATED:
         pytest.skip("emulated: the column tiles are x86 kernels; their layout is checked where they run")
-    # plane by plane (w3: its low two bits, then its high bit; the others: the whole code), byte t of row r's lane
-    # in vector s of a plane of tile (g, b) holds weights 4*(P*s + p) + t of the block, field p of width w = 8 / P
+    # vector s of tile (g, b), row r's lane, byte t at (s * rows + r) * 4 + t, 2 * bits vectors of codes
     M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
-    pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows)
+    pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows, w3_split)
     codes = _unpacked_codes(qm)
     size = tile.tile_bytes(bits, rows, meta_bytes)  # codes, then [rows x scale | rows x offset] as stored
     assert nfull == 3 and pc.size == 2 * 3 * size == 2 * 3 * (rows * 64 * bits // 8 + 2 * rows * meta_bytes)
-    layout = [(2, 0), (1, 2)] if bits == 3 else [(bits, 0)]  # (field width, the code bit it starts at)
     for g in range(2):
         for b in range(3):
             t = g * 3 + b
             base = t * size
-            for w, start in layout:
-                P = 8 // w
-                for s in range(64 // (4 * P)):
-                    for r in range(rows):
-                        for j in range(4):
-                            want = sum(((int(codes[g * rows + r, 64 * b + 4 * (P * s + p) + j]) >> start)
-                                        & ((1 << w) - 1)) << (w * p) for p in range(P))
-                            assert pc[base + (s * rows + r) * 4 + j] == want, (g, b, w, s, r, j)
-                base += rows * 64 * w // 8
+            for s in range(2 * bits):
+                for r in range(rows):
+                    block = codes[g * rows + r, 64 * b:64 * (b + 1)]
+                    for j in range(4):
+                        want = _documented_tile_byte(block, bits, s, j, w3_split)
+                        assert pc[base + (s * rows + r) * 4 + j] == want, (g, b, s, r, j)
+            base += 2 * bits * rows * 4
             meta = pc[base:(t + 1) * size].view(qm.scale_raw.dtype)
             assert meta.size == 2 * rows
             assert np.array_equal(meta[:rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
             assert np.array_equal(meta[rows:], qm.offset_raw[g * rows:(g + 1) * rows, b])
+
+
+def test_w3_tile_fields_cover_every_bit_of_every_group_once():
+    for split in (True, False):
+        layout = tile.fields(3, split)
+        bits = {(f.group, f.start + i) for f in layout for i in range(f.width)}
+        assert bits == {(q, i) for q in range(16) for i in range(3)} and sum(f.width for f in layout) == 48
+        taken = [(f.vector, f.pos + i) for f in layout for i in range(f.width)]
+        assert len(set(taken)) == 48 and all(0 <= v < 6 and 0 <= bit < 8 for v, bit in taken)
+    assert len(tile.fields(3, True)) == 20 and len(tile.fields(3, False)) == 32  # dot products per tile
 
 
 @pytest.mark.skipif(not I8, reason=NO_I8)
@@ -331,6 +354,10 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
             assert relative_error(y, y_ref, bound) < 1e-5, (nstreams, chunks)
             outs.append(y)
     assert all(np.array_equal(outs[0], y) for y in outs[1:])
+    if bits == 3:  # w3's other layout (two bit planes; benchmarks/tile_variants.py's split=0): the same sums
+        y = np.full(M, np.nan, np.float32)
+        tile.bind(tier, qm, 3, None, w3_split=not tile.W3_SPLIT)(x, y)
+        assert np.array_equal(y, outs[0])  # integer sums are exact whichever way the fields are grouped
 
 
 @pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}])

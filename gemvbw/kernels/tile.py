@@ -10,16 +10,18 @@ same way). Against the row-chunk layout of :mod:`gemvbw.kernels.packed`:
   offsets apply with one multiply-add;
 - the activations are read in their natural order (no permutation per call), four bytes broadcast
   per instruction, once for all R rows;
-- the narrow widths are not shifted down: vpdpbusd sums into int32 without saturating, so field p
-  of a byte is masked in place (a multiple of 2**(bits*p)) and its accumulator shifted back once
-  per tile, exactly.
+- the narrow widths are not shifted down: vpdpbusd sums into int32 without saturating, so a field
+  of a byte is masked in place (a multiple of 2**pos, pos its lowest bit) and its accumulator shifted
+  back once per tile, exactly.
 
-A tile stores its codes as bit planes (:func:`planes`): w8, w4 and w2 one plane of whole codes, w3 two (its
-low two bits as w2 stores them, then its high bit, eight 1-bit fields to a byte, their sums added in
-four times over). Byte t of row r's lane in vector s of a plane holds the bits of weights 4*(P*s + p) + t
-of the block, field p (w*p .. w*p + w - 1) for p < P = 8 / w, w the plane's field width: w8 one code per
-byte, w4 two nibbles, w2 four 2-bit fields, w3 four 2-bit fields then eight high bits. The bytes are
-exactly those of the packed matrix, reordered. Blocks shorter than 64
+A tile stores its codes in 2 * bits vectors of fields (:func:`fields`): byte t of row r's lane in
+vector s holds, in each field, some bits of weight 4q + t of the block for that field's group q of four
+weights. w8 one code per byte, w4 two nibbles, w2 four 2-bit fields (group P*s + p in field p, P = 8 / bits);
+w3 two whole 3-bit codes per byte (bits 0-2 and 3-5) and, in the two bits left, a quarter of the groups
+split: their low two bits in one byte, their high bit in another, each half its own field, shifted back to
+its place in the code. 20 dot products per tile for w3, where storing its low two bits and its high bit as
+two bit planes took 32 (16 + 16; 0.126 hot-loop instructions per weight against 0.077 now, 16c4 on an Intel
+Xeon). The bytes are exactly those of the packed matrix, reordered. Blocks shorter than 64
 (the last one when 64 does not divide K) and the last M % R rows are read as stored, by the width's
 f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: two streams of row groups per
 thread).
@@ -32,6 +34,8 @@ read of the same bytes: 1 thread w8 1.27x, w4 1.13-1.27x, w2 1.19x faster than p
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -74,6 +78,14 @@ STREAMS = 2
 PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: 4}
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
 PREFETCH_LOCALITY = 3
+# w3's codes as two whole codes and a split one to a byte (20 dot products per tile), not as two bit planes (32):
+# see fields(). Measured on the Intel Xeon (benchmarks/tile_variants.py --bits 3 --variants
+# ";split=0;ahead=4096,locality=3;ahead=4096,locality=3,split=0", 4096x14336 cold, 2026-12-03, % of the fastest
+# read, split against planes): 16c4-zmm, three readings, -prfm twin at 2 threads 101/96/89 vs 85/94/86 %, at
+# 1 thread 102/108/111 vs 104/108/108 (at the wall either way); the plain tile at 1 thread 81/81/81 vs 77/78/77,
+# at 2 threads 69/75/75 vs 69/77/75. 8c4-avxvnni, one reading: 2 threads 90 vs 80 % (-prfm), 76 vs 72 (plain);
+# 1 thread 104 vs 103, 95 vs 87. Never behind by more than the noise; ahead where the dot products showed.
+W3_SPLIT = True
 
 
 def tile_tiers() -> list[str]:
@@ -99,21 +111,46 @@ def tile_bytes(bits: int, rows: int, meta_bytes: int) -> int:
     return code_bytes(bits, rows) + 2 * rows * meta_bytes
 
 
-def planes(bits: int) -> tuple[tuple[int, int], ...]:
-    """(field width, the code bit it starts at) of each bit plane a tile stores, in order: one plane of the
-    whole code for w8, w4 and w2; w3's two bits below its third as one plane, its high bit as another."""
-    return ((2, 0), (1, 2)) if bits == 3 else ((bits, 0),)
+class Field(NamedTuple):
+    """Where a tile keeps one group of a row's codes: in byte t of the row's lane of code vector ``vector``, bits
+    ``pos`` .. ``pos + width - 1`` hold bits ``start`` .. ``start + width - 1`` of weight 4 * group + t's code."""
+    vector: int
+    pos: int
+    width: int
+    start: int
+    group: int
+
+
+def fields(bits: int, w3_split: bool = W3_SPLIT) -> tuple[Field, ...]:
+    """The fields of a tile's 2 * bits code vectors, covering every bit of the block's 16 groups of four weights.
+
+    w8, w4 and w2: 8 / bits whole codes to a byte, group q in field q % P of vector q // P (P = 8 / bits). w3 split
+    (the default): two whole codes to a byte (bits 0-2: groups 0, 2, .., 10 of vectors 0-5; bits 3-5: groups 1, 3,
+    .., 11), and groups 12-15 in the two bits left in each byte: their low two bits at bits 6-7 of vectors 0-3,
+    their high bits at bit 6 and 7 of vectors 4 and 5. 20 fields, each one masked operand of a dot product. w3 as
+    two bit planes (w3_split False): its low two bits as w2 stores its codes (vectors 0-3), then its high bits
+    eight 1-bit fields to a byte (vectors 4-5): 32 fields."""
+    if bits != 3:
+        P = 8 // bits
+        return tuple(Field(q // P, bits * (q % P), bits, 0, q) for q in range(16))
+    if not w3_split:
+        low = [Field(q // 4, 2 * (q % 4), 2, 0, q) for q in range(16)]
+        return tuple(low + [Field(4 + q // 8, q % 8, 1, 2, q) for q in range(16)])
+    whole = [Field(q // 2, 3 * (q % 2), 3, 0, q) for q in range(12)]
+    low = [Field(v, 6, 2, 0, 12 + v) for v in range(4)]
+    high = [Field(4 + i // 2, 6 + i % 2, 1, 2, 12 + i) for i in range(4)]
+    return tuple(whole + low + high)
 
 
 # --- the compile-time tag -------------------------------------------------------------------------
 
 class TileTag:
     """Which tier, width and metadata size a column-tile kernel compiles for, how far ahead it prefetches and
-    with which locality hint, and how many groups of rows each thread reads at once (its numba type carries
-    them all: a benchmark can compare them in one process)."""
+    with which locality hint, how many groups of rows each thread reads at once, and for w3 which of its
+    layouts it reads (its numba type carries them all: a benchmark can compare them in one process)."""
 
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS,
-                 locality: int = PREFETCH_LOCALITY):
+                 locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT):
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
                 or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
@@ -121,20 +158,22 @@ class TileTag:
         self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
         self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
         self.locality = locality
+        self.w3_split = bool(w3_split) and bits == 3  # the other widths have one layout
 
 
 class TileTagType(types.Type):
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int, locality: int):
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int, locality: int,
+                 w3_split: bool):
         self.tier, self.bits, self.meta_bytes, self.ahead, self.nstreams = tier, bits, meta_bytes, ahead, nstreams
-        self.locality = locality
+        self.locality, self.w3_split = locality, w3_split
         self.rows = tile_rows(tier)
         super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},locality {locality},"
-                              f"streams {nstreams},{FINGERPRINT})")
+                              f"streams {nstreams},{'split' if w3_split else 'planes'},{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
-    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality)
+    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality, val.w3_split)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -162,37 +201,35 @@ def _stored_code(row, b, k, bits):
 
 
 @njit(parallel=True, cache=True)
-def repack(codes, scale, offset, bits, widths, starts, rows, nfull, mb, pc):
-    """Fill pc with the tiles of the first nfull blocks, tile (group g, block b) at g * nfull + b: its codes,
-    plane after plane (field width widths[i], from code bit starts[i]; vector s of a plane, lane r, byte t:
-    its P = 8 / width fields of weights 4*(P*s + p) + t), then its rows' scales and offsets [rows x scale |
+def repack(codes, scale, offset, bits, layout, rows, nfull, mb, pc):
+    """Fill pc with the tiles of the first nfull blocks, tile (group g, block b) at g * nfull + b: its code vectors
+    (vector s, lane r, byte t at (s * rows + r) * 4 + t, holding the fields of :func:`fields`, given as the rows
+    of ``layout``: vector, pos, width, start, group), then its rows' scales and offsets [rows x scale |
     rows x offset] as stored, mb bytes each (scale and offset given as their bytes, mb per block)."""
     groups = codes.shape[0] // rows
-    size = rows * 64 * bits // 8 + 2 * rows * mb
+    ncode = rows * 64 * bits // 8
+    size = ncode + 2 * rows * mb
     for g in prange(groups):
         for b in range(nfull):
             t = g * nfull + b
             base = t * size
-            for i in range(widths.shape[0]):
-                width, start = widths[i], starts[i]
-                P = 8 // width
-                for s in range(64 // (4 * P)):
-                    for r in range(rows):
-                        row = codes[g * rows + r]
-                        for j in range(4):
-                            v = np.int64(0)
-                            for p in range(P):
-                                field = (_stored_code(row, b, 4 * (P * s + p) + j, bits) >> start) & ((1 << width) - 1)
-                                v |= field << (width * p)
-                            pc[base + (s * rows + r) * 4 + j] = v
-                base += rows * 64 * width // 8
+            pc[base:base + ncode] = 0
+            for i in range(layout.shape[0]):
+                s, pos, width, start, q = layout[i, 0], layout[i, 1], layout[i, 2], layout[i, 3], layout[i, 4]
+                for r in range(rows):
+                    row = codes[g * rows + r]
+                    for j in range(4):
+                        field = (_stored_code(row, b, 4 * q + j, bits) >> start) & ((1 << width) - 1)
+                        pc[base + (s * rows + r) * 4 + j] |= field << pos
+            base += ncode
             for r in range(rows):
                 for q in range(mb):
                     pc[base + r * mb + q] = scale[g * rows + r, b * mb + q]
                     pc[base + (rows + r) * mb + q] = offset[g * rows + r, b * mb + q]
 
 
-def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, rows: int):
+def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, rows: int,
+         w3_split: bool = W3_SPLIT):
     """The tiles (their bytes, full blocks) of a matrix: done once, when a kernel is bound. Each tile's codes
     and then its metadata, so a group of rows is one sequential stream: measured on Zen 4, 4096x14336, cold,
     interleaved against the metadata in a second array (three runs of 9-15 rounds, % of a plain read of the
@@ -203,9 +240,8 @@ def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K:
     mb = scale.itemsize
     # numpy's allocation, for its transparent huge pages (see gemvbw.kernels.packed.pack)
     pc = np.empty(groups * nfull * tile_bytes(bits, rows, mb), np.uint8)
-    widths = np.array([w for w, _ in planes(bits)], np.int64)
-    starts = np.array([st for _, st in planes(bits)], np.int64)
-    repack(codes, scale.view(np.uint8), offset.view(np.uint8), bits, widths, starts, rows, nfull, mb, pc)
+    layout = np.array(fields(bits, w3_split), np.int64)
+    repack(codes, scale.view(np.uint8), offset.view(np.uint8), bits, layout, rows, nfull, mb, pc)
     return pc, nfull
 
 
@@ -239,29 +275,33 @@ def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
         if ttag.ahead:
             prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), stride, ttag.locality)
 
-        isum, pofs = None, 0
-        for fw, start in planes(bits):  # fw: the plane's field width; start: the code bit it holds
-            P = 8 // fw
-            nvec = SUPPORTED_BLOCK // (4 * P)
-            per_field = max(1, ACCUMULATORS // P)
-            chains: list[list] = [[] for _ in range(P * per_field)]
-            for s in range(nvec):
-                v = load(context, builder, pcty, pcv, off(builder, cofs, pofs + s * width), vec(I8, width))
-                for p in range(P):
-                    field = v if P == 1 else builder.and_(v, splat(v.type, ((1 << fw) - 1) << (fw * p)))
-                    x = _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * (P * s + p)), width)
-                    chains[p * per_field + s % per_field].append((field, x))
-            for i, terms in enumerate(chains):
+        # a field's bits were multiplied in place, as 2**pos times themselves, and they stand for 2**start times as
+        # much in the code: fields of one shift (pos - start) share a chain, shifted back once (right, exactly, as
+        # every term is a multiple of 2**pos; or left); a long class is split so that no chain is longer than the
+        # tile's dot products spread over ACCUMULATORS chains, each waiting on the latency of the one before
+        layout = fields(bits, ttag.w3_split)
+        longest = -(-len(layout) // ACCUMULATORS)
+        classes: dict[int, list[Field]] = {}
+        for f in layout:
+            classes.setdefault(f.pos - f.start, []).append(f)
+        vectors = [load(context, builder, pcty, pcv, off(builder, cofs, v * width), vec(I8, width))
+                   for v in range(2 * bits)]
+        isum = None
+        for shift, members in classes.items():
+            nchains = -(-len(members) // longest)
+            for c in range(nchains):
+                terms = []
+                for f in members[c::nchains]:
+                    v = vectors[f.vector]
+                    field = v if f.width == 8 else builder.and_(v, splat(v.type, ((1 << f.width) - 1) << f.pos))
+                    terms.append((field, _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * f.group),
+                                                     width)))
                 part = prim.dot(builder, terms, None)
-                # field p was multiplied in place, as 2**(fw*p) times its bits, which stand for 2**start times
-                # as much in the code: shifted by the difference (right, exactly, or left)
-                shift = fw * (i // per_field) - start
                 if shift > 0:
                     part = builder.ashr(part, splat(part.type, shift))
                 elif shift < 0:
                     part = builder.shl(part, splat(part.type, -shift))
                 isum = part if isum is None else builder.add(isum, part)
-            pofs += rows * SUPPORTED_BLOCK * fw // 8
 
         mofs = off(builder, cofs, code_bytes(bits, rows))  # right after the tile's codes (a byte offset)
         s = meta(context, builder, pcty, pcv, mofs, rows, mb == 2)
@@ -348,19 +388,19 @@ def _stream_count(tag):
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None,
                 **options) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
-    now if not yet, untimed; block 64 only), with a new workspace. ``options``: :class:`TileTag`'s nstreams
-    and locality."""
+    now if not yet, untimed; block 64 only), with a new workspace. ``options``: :class:`TileTag`'s nstreams,
+    locality and w3_split."""
     from gemvbw.kernels.packed import _PACKED
 
     if qm.block != SUPPORTED_BLOCK:
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
     rows = tile_rows(tier)
     copies = _PACKED.setdefault(qm, {})
-    layout = ("c4", rows)
-    if layout not in copies:
-        copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows)
-    pc, _ = copies[layout]
     tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, **options)
+    layout = ("c4", rows, tag.w3_split)
+    if layout not in copies:
+        copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows, tag.w3_split)
+    pc, _ = copies[layout]
     work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, tag.nstreams)
     return tag, pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks
 
