@@ -73,9 +73,10 @@ PRFM_AHEAD = {8: 4096, 4: 4096, 3: 4096, 2: 4096}
 STREAMS = 2
 # groups per thread of each width's -prfm twin. w2's twin reads 4: on the Intel Xeon (tile_variants.py, 16c4-zmm,
 # 4096x14336 cold, 2026-12-03, four readings) 4 streams with prefetcht0 4 KiB ahead against 2: 2 threads 94 vs 86,
-# 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 % of the fastest read. w3 was mixed (1 thread 108 vs 125 %), w8 and w4
-# not tried; they keep 2.
-PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: 4}
+# 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 % of the fastest read. w3's too since its split codes (same host and
+# script, 17:12 UTC, 4 against 2): 16c4-zmm 2 threads 103 vs 91, 99 vs 93, 96 vs 87 %, 1 thread 113 vs 98, 125 vs
+# 109; 8c4-avxvnni 2 threads 101 vs 93 (as two bit planes it had been mixed). w8 and w4 not tried; they keep 2.
+PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: 4, 2: 4}
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
 PREFETCH_LOCALITY = 3
 # w3's codes as two whole codes and a split one to a byte (20 dot products per tile), not as two bit planes (32):
