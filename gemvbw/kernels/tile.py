@@ -169,7 +169,7 @@ class TileTagType(types.Type):
         self.locality, self.w3_split = locality, w3_split
         self.rows = tile_rows(tier)
         super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},locality {locality},"
-                              f"streams {nstreams},{'split' if w3_split else 'planes'},{FINGERPRINT})")
+                              f"streams {nstreams},{'split,' if w3_split else 'planes,' if bits == 3 else ''}{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
