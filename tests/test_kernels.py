@@ -360,6 +360,22 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
         assert np.array_equal(y, outs[0])  # integer sums are exact whichever way the fields are grouped
 
 
+@pytest.mark.skipif(not TILE_TIERS, reason="no column-tile tier runs on this CPU")
+@pytest.mark.parametrize("bits", [8, 3])
+def test_a_tile_variant_stores_its_copy_under_the_layout_its_spec_names(bits):
+    # the memory estimate counts one repacked copy per distinct spec.layout; a variant that stored its copy
+    # under another key would hold a copy the estimate never counted
+    from gemvbw.kernels.packed import _PACKED
+
+    tier = TILE_TIERS[0]
+    qm = random_quantized(16, 128, bits=bits, seed=bits)
+    specs = [s for s in I8 if s.tier == tier and s.bits == bits and s.layout[0] == "c4"]
+    x, y = kernels.typed_like(qm)
+    for spec in specs:
+        spec.kernel_args(qm, x, y, 1)
+    assert len(specs) >= 1 and set(_PACKED[qm]) == {spec.layout for spec in specs}
+
+
 @pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}])
 def test_a_tile_tag_refuses_options_no_kernel_is_built_for(options):
     # TileTag is built before anything compiles: a stream count or prefetch hint LLVM has no meaning for

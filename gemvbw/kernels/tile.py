@@ -102,6 +102,12 @@ def tile_rows(tier: str) -> int:
     return by_name(tier).tile_rows
 
 
+def layout_key(tier: str, bits: int, w3_split: bool = W3_SPLIT) -> tuple:
+    """The key of a repacked copy in a matrix's copies (and a variant spec's ``layout``): variants with one key
+    share one copy, so the registry's memory estimate and the copies bound count the same thing."""
+    return ("c4", tile_rows(tier), bool(w3_split) and bits == 3)
+
+
 def code_bytes(bits: int, rows: int) -> int:
     """A tile's code bytes."""
     return rows * SUPPORTED_BLOCK * bits // 8
@@ -398,7 +404,7 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
     rows = tile_rows(tier)
     copies = _PACKED.setdefault(qm, {})
     tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, **options)
-    layout = ("c4", rows, tag.w3_split)
+    layout = layout_key(tier, qm.bits, tag.w3_split)
     if layout not in copies:
         copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows, tag.w3_split)
     pc, _ = copies[layout]
