@@ -1,14 +1,17 @@
 """Each int8 tier against the memory wall measured the way the kernels are: a plain read of the same bytes.
 
-    python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--md PATH]
-    python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9]
-    python benchmarks/wall.py --latency-ratios [--shape ...] [--threads 2] [--rounds 9] [--md PATH]
+    python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--flush-mib 64]
+                              [--md PATH]
+    python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib 64]
+    python benchmarks/wall.py --latency-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib 64] [--md PATH]
 
 The sweep's read roofline is taken once, at the start, over a 256 MiB buffer with no flush.
 On a shared machine the bandwidth moves while a sweep runs (seen here: 30 and 57 GB/s within
 minutes), so a kernel's %read can mislead. This script times, in one process and interleaved
 round by round (each round in a rotated order), every int8 tier and a multithreaded read of
-exactly the kernel's logical bytes, each after the same 64 MiB flush, 20 calls per round, and
+exactly the kernel's logical bytes, each after the same flush (64 MiB, the sweep's and MNN's default;
+--flush-mib sets it: on a CPU whose last-level cache is not well under the flush, part of a matrix can
+survive it, and a flush of twice the L3 tells how much that counts), 20 calls per round, and
 reports the medians and each tier's share of the read: how close the kernel is to the wall
 it actually had. The read is taken as the sweep's roofline takes it: one sequential stream per
 thread, and 4 and 8 streams per thread, each timed in the rotation, the fastest median being
@@ -62,12 +65,14 @@ def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
     return runs
 
 
-def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, calls: int = 20) -> dict[str, float]:
-    """Median cold latency (us) of each run: every round times ``calls`` calls of each, each after a 64 MiB
-    flush, in an order rotated by one per round, so that a bandwidth drifting during the rounds is shared."""
+def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, calls: int = 20,
+                        flush_mib: int = 64) -> dict[str, float]:
+    """Median cold latency (us) of each run: every round times ``calls`` calls of each, each after a
+    ``flush_mib`` MiB flush, in an order rotated by one per round, so that a bandwidth drifting during the
+    rounds is shared."""
     for f in runs.values():
         f()  # compiled and warm
-    flush = CacheFlusher(64)
+    flush = CacheFlusher(flush_mib)
     names = list(runs)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
@@ -93,21 +98,22 @@ def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[st
     return runs
 
 
-def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20) -> dict[str, float]:
+def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20,
+            flush_mib: int = 64) -> dict[str, float]:
     """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
     runs = read_runs(qm.logical_bytes, threads) | verified_runs(qm, x, y)
-    return interleaved_medians(runs, rounds, calls) | {"_bytes": qm.logical_bytes}
+    return interleaved_medians(runs, rounds, calls, flush_mib) | {"_bytes": qm.logical_bytes}
 
 
-def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) -> list[str]:
+def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int, flush_mib: int = 64) -> list[str]:
     """Markdown lines: each width's plain read (fastest way, median, interleaved with every other width's) and
     its latency and bytes against w8's."""
     nbytes = {b: logical_bytes(M, K, b, 64, 2) for b in widths}
     runs = {f"w{b} {way}": f for b in widths for way, f in read_runs(nbytes[b], threads).items()}
-    med = interleaved_medians(runs, rounds)
+    med = interleaved_medians(runs, rounds, flush_mib=flush_mib)
     best = {b: min((n for n in med if n.startswith(f"w{b} ")), key=med.get) for b in widths}  # "wB read S"
     fastest = {b: med[best[b]] for b in widths}
     lines = ["width | bytes | plain read (fastest way, median) | t(wN)/t(w8) of the read | bytes / w8's bytes",
@@ -120,9 +126,12 @@ def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) ->
     return lines
 
 
-def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int) -> list[str]:
+def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
+                   flush_mib: int = 64) -> list[str]:
     """Markdown lines: every width's verified int8 variants and plain reads of its bytes, all interleaved in the
-    same rounds; per width its fastest read and fastest variant (medians), and each against w8's."""
+    same rounds; per width its fastest read and fastest variant (medians), and each against w8's. Every width's
+    matrix and repacked copies are held at once (about 0.5 GB at 4096x14336 for w8..w2): interleaving needs them
+    all bound."""
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     runs, nbytes = {}, {}
@@ -131,7 +140,7 @@ def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int)
         nbytes[b] = qm.logical_bytes
         runs |= {f"w{b} {way}": f for way, f in read_runs(nbytes[b], threads).items()}
         runs |= verified_runs(qm, x, y, f"w{b} ")
-    med = interleaved_medians(runs, rounds)
+    med = interleaved_medians(runs, rounds, flush_mib=flush_mib)
     reads, fastest = {}, {}
     for name, us in med.items():
         width, what = name.split(" ", 1)
@@ -153,7 +162,7 @@ def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int)
                 bar = f", {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}" if b in LATENCY else ""
                 ratios[2] = f"{q:.2f}{bar}"
         kern_cell = "- (none verified)" if kern is None else \
-            f"{fastest[w].split(' ', 1)[1].removeprefix(kernels.PACKED_PREFIX)} {kern:.0f} us"
+            f"{fastest[w].split(' ', 1)[1]} {kern:.0f} us"
         share = "-" if kern is None else f"{100 * read / kern:.0f}"
         lines.append(f"{w} | {ratios[0]} | {read_cell} | {ratios[1]} | {kern_cell} | {share} | {ratios[2]}")
     return lines
@@ -165,35 +174,39 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=len(system.affinity()))
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--bits", default="8,4,3,2")
+    ap.add_argument("--flush-mib", type=int, default=64,
+                    help="MiB read before every call (default 64, the sweep's; twice the L3 for a colder start)")
     ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
     ap.add_argument("--read-ratios", action="store_true",
                     help="time only plain reads of each width's bytes, interleaved across widths (see above)")
     ap.add_argument("--latency-ratios", action="store_true",
                     help="every width's variants and reads interleaved in the same rounds; ratios against w8's")
     args = ap.parse_args(argv)
+    if args.flush_mib < 0:
+        ap.error(f"--flush-mib: {args.flush_mib} MiB; give 0 (warm) or more")
     M, K = map(int, args.shape.split("x"))
     numba.set_num_threads(args.threads)
     if args.read_ratios or args.latency_ratios:
         widths = [int(b) for b in args.bits.split(",")]
         what, table = (("every width's variants and reads", latency_ratios) if args.latency_ratios
                        else ("every width's reads", read_ratios))
-        lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
-                 f"median of {args.rounds} rounds of 20 calls, {what} interleaved", "",
-                 *table(M, K, widths, args.threads, args.rounds)]
+        lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold ({args.flush_mib} "
+                 f"MiB flush), median of {args.rounds} rounds of 20 calls, {what} interleaved", "",
+                 *table(M, K, widths, args.threads, args.rounds, args.flush_mib)]
         print("\n".join(lines))
         if args.md:
             Path(args.md).write_text("\n".join(lines) + "\n")
         return 0
-    lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold (64 MiB flush), "
-             f"median of {args.rounds} interleaved rounds of 20 calls", "",
+    lines = [f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, cold ({args.flush_mib} MiB "
+             f"flush), median of {args.rounds} interleaved rounds of 20 calls", "",
              "width | plain read of the same bytes | tier: latency, GB/s, share of the read", "---|---|---"]
     for bits in map(int, args.bits.split(",")):
-        t = measure(M, K, bits, args.threads, args.rounds)
+        t = measure(M, K, bits, args.threads, args.rounds, flush_mib=args.flush_mib)
         nbytes = t.pop("_bytes")
         reads = {s: t.pop(f"read {s}") for s in READ_STREAMS}
         streams = min(reads, key=reads.get)
         read = reads[streams]
-        cells = [f"{v.removeprefix(kernels.PACKED_PREFIX)} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
+        cells = [f"{v} {us:.0f} us, {nbytes / us / 1e3:.1f} GB/s, "
                  f"{100 * read / us:.0f}%" for v, us in sorted(t.items(), key=lambda kv: kv[1])]
         tried = ", ".join(f"{s}: {nbytes / us / 1e3:.1f}" for s, us in reads.items())
         per_thread = f"{streams} stream{'s' if streams > 1 else ''} per thread"

@@ -119,14 +119,15 @@ def test_read_ratios_set_each_widths_fastest_read_against_w8s(load_script, monke
     wall = load_script("benchmarks/wall.py", "bench_wall")
     timed = {}
 
-    def medians(runs, rounds):  # fixed figures in place of timing: w8's reads 100/90/95 us, w2's 40/35/45
+    def medians(runs, rounds, flush_mib=64):  # fixed figures in place of timing: w8's reads 100/90/95 us, w2's 40/35/45
         timed.update(runs)
+        assert flush_mib == 256
         figures = {"w8": (100.0, 90.0, 95.0), "w2": (40.0, 35.0, 45.0)}
         return {name: figures[name.split()[0]][i % 3] for i, name in enumerate(runs)}
 
     monkeypatch.setattr(wall, "interleaved_medians", medians)
     monkeypatch.setattr(wall, "read_runs", lambda nbytes, threads: {f"read {s}": None for s in (1, 4, 8)})
-    lines = wall.read_ratios(64, 128, [8, 2], 1, 3)
+    lines = wall.read_ratios(64, 128, [8, 2], 1, 3, flush_mib=256)
     assert list(timed) == [f"w{b} read {s}" for b in (8, 2) for s in (1, 4, 8)]  # every width in one rotation
     w8_bytes, w2_bytes = 64 * 128 + 64 * 2 * 4, 64 * 128 // 4 + 64 * 2 * 4
     assert lines[2] == f"w8 | {w8_bytes} | 90 us, {w8_bytes / 90e3:.1f} GB/s (4 streams per thread) | 1.00 | 1.00"
@@ -140,8 +141,9 @@ def test_latency_ratios_set_each_widths_fastest_kernel_and_read_against_w8s(load
     figures = {"w8 read 1": 100.0, "w8 read 4": 90.0, "w8 a": 80.0, "w8 b": 85.0,
                "w2 read 1": 30.0, "w2 read 4": 36.0, "w2 a": 40.0, "w2 b": 27.0}
 
-    def medians(runs, rounds):  # fixed figures in place of timing
+    def medians(runs, rounds, flush_mib=64):  # fixed figures in place of timing
         timed.update(runs)
+        assert flush_mib == 64  # the sweep's flush unless asked
         return {name: figures[name] for name in runs}
 
     monkeypatch.setattr(wall, "interleaved_medians", medians)
@@ -153,6 +155,13 @@ def test_latency_ratios_set_each_widths_fastest_kernel_and_read_against_w8s(load
     assert lines[2] == f"w8 | 1.00 | 90 us, {w8_bytes / 90e3:.1f} GB/s (4 streams per thread) | 1.00 | a 80 us | 112 | 1.00"
     assert lines[3] == (f"w2 | {w2_bytes / w8_bytes:.2f} | 30 us, {w2_bytes / 30e3:.1f} GB/s (1 stream per thread) | "
                         f"{30 / 90:.2f} | b 27 us | 111 | {27 / 80:.2f}, NOT met <= 0.32")
+
+
+def test_wall_refuses_a_negative_flush(load_script, capsys):
+    wall = load_script("benchmarks/wall.py", "bench_wall")
+    with pytest.raises(SystemExit) as exc:
+        wall.main(["--flush-mib", "-1", "--latency-ratios"])
+    assert exc.value.code == 2 and "--flush-mib: -1 MiB; give 0 (warm) or more" in capsys.readouterr().err
 
 
 def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeypatch, capsys):
