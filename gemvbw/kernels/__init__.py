@@ -287,7 +287,8 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
                     _tile_args(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
-                    tier=t.name, layout=tile.layout_key(t.name, bits), ahead=ahead) for suffix, ahead, nstreams, what in ways]
+                    tier=t.name, layout=tile.layout_key(t.name, bits), ahead=ahead)
+                    for suffix, ahead, nstreams, what in ways]
     return specs
 
 
