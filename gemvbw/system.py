@@ -273,6 +273,18 @@ def numba_threading() -> dict[str, object]:
             "threads": int(numba.get_num_threads())}
 
 
+def cpu_vendor(root: Path = Path("/"), machine: str | None = None) -> str | None:
+    """/proc/cpuinfo's ``vendor_id`` on x86 ("GenuineIntel", "AuthenticAMD"); None elsewhere or where it is not
+    given. Only on x86: an aarch64 userland under QEMU reads the host's /proc/cpuinfo, which would name the
+    host's vendor, not the emulated CPU's."""
+    if (machine or platform.machine()) not in ("x86_64", "AMD64", "amd64"):
+        return None
+    text = read_text(root / "proc/cpuinfo")
+    if isinstance(text, Unknown):
+        return None
+    return next((sec["vendor_id"] for sec in parse_cpuinfo(text) if sec.get("vendor_id")), None)
+
+
 def cpu_isa(sections: list[dict[str, str]], machine: str) -> tuple[list[str], str]:
     """This process's kernel-relevant ISA features and where they came from (HWCAPs on aarch64)."""
     caps = arm_hwcaps() if is_arm(machine) and is_linux_like() else None

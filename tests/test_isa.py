@@ -115,7 +115,29 @@ def test_each_int8_variant_states_the_call_it_binds(monkeypatch):
     twins = [s for s in specs if s.bits == 2 and s.variant.endswith("-prfm")]
     for spec in twins:
         tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
-        assert (tag.ahead, tag.nstreams) == (tile.PRFM_AHEAD[2], tile.PRFM_STREAMS[2]), spec.variant
+        assert (tag.ahead, tag.nstreams) == (tile.PRFM_AHEAD[2], tile.prfm_streams(2)), spec.variant
+
+
+@pytest.mark.parametrize("vendor, groups", [("GenuineIntel", {8: 2, 4: 2, 3: 4, 2: 4}),
+                                            ("AuthenticAMD", {8: 2, 4: 2, 3: 2, 2: 2}),
+                                            ("SomeOtherVendor", {8: 2, 4: 2, 3: 2, 2: 2})])
+def test_the_prefetching_twins_read_as_many_groups_as_the_cpu_vendor_was_measured_to_want(monkeypatch, vendor,
+                                                                                          groups):
+    # four groups per thread won on an Intel Xeon and lost by a third on a Zen 5 (see tile.PRFM_STREAMS): the
+    # registry's twins must take the count of the CPU they run on, every other CPU the tiles' own two
+    from gemvbw.kernels import tile
+    from gemvbw.quant import random_quantized
+
+    assert {bits: tile.prfm_streams(bits, vendor) for bits in tile.WIDTHS} == groups
+    monkeypatch.setattr(tile, "_this_vendor", lambda: vendor)
+    specs = kernels.i8_specs([t for t in tiers.TIERS if t.arch == ARCH and t.tile_rows])
+    for bits in tile.WIDTHS:
+        qm = random_quantized(8, 128, bits=bits, block=64)
+        twins = [s for s in specs if s.bits == bits and s.variant.endswith("-prfm")]
+        assert twins, (vendor, bits)
+        for spec in twins:
+            assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups[bits], spec.variant
+            assert ("groups of rows" in spec.description) == (groups[bits] != tile.STREAMS), spec.description
 
 
 def test_a_target_promising_what_the_cpu_lacks_is_unsafe_only_when_the_user_named_it():
@@ -210,7 +232,7 @@ COMPILE_ONLY = textwrap.dedent("""
         args = (packed.KernelTag(tier, bits), a8, a16, *rest)
     else:  # the tiles hold their own metadata; "c4-prfm": the twin that prefetches
         prfm = layout == "c4-prfm"
-        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.PRFM_STREAMS[bits]) if prfm else (None, tile.STREAMS)
+        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.prfm_streams(bits)) if prfm else (None, tile.STREAMS)
         args = (tile.TileTag(tier, bits, 2, ahead, nstreams), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)

@@ -32,6 +32,14 @@ def test_x86_server():
     assert not f["affinity_mixed"]
 
 
+def test_the_cpu_vendor_is_read_on_x86_only(tmp_path):
+    assert system.cpu_vendor(FIX / "x86-server", machine="x86_64") == "GenuineIntel"
+    # an aarch64 userland under QEMU reads the host's /proc/cpuinfo: its vendor_id is not the emulated CPU's
+    assert system.cpu_vendor(FIX / "x86-server", machine="aarch64") is None
+    assert system.cpu_vendor(FIX / "phone-3cluster", machine="x86_64") is None  # no vendor_id line
+    assert system.cpu_vendor(tmp_path, machine="x86_64") is None  # no /proc/cpuinfo at all
+
+
 def test_phone_with_three_clusters():
     f = facts("phone-3cluster", list(range(8)))
     assert f["cpu"] == "Qualcomm Technologies, Inc SM8650"

@@ -277,7 +277,7 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
                 ahead = tile.PRFM_AHEAD.get(bits)
                 hint = tile.HINTS[tile.PREFETCH_LOCALITY]
-                streams = tile.PRFM_STREAMS[bits]
+                streams = tile.prfm_streams(bits)
                 groups = f", {streams} groups of rows at once per thread" if streams != tile.STREAMS else ""
                 ways = [("", tile.PREFETCH_AHEAD[bits], tile.STREAMS, "")] + ([(
                     PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream ({hint}){groups}"

@@ -35,6 +35,7 @@ read of the same bytes: 1 thread w8 1.27x, w4 1.13-1.27x, w2 1.19x faster than p
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -71,12 +72,35 @@ PRFM_AHEAD = {8: 4096, 4: 4096, 3: 4096, 2: 4096}
 # 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
 # changing between runs on that noisy host). No reading either way: kept at 2.
 STREAMS = 2
-# groups per thread of each width's -prfm twin. w2's twin reads 4: on the Intel Xeon (tile_variants.py, 16c4-zmm,
-# 4096x14336 cold, 2026-12-03, four readings) 4 streams with prefetcht0 4 KiB ahead against 2: 2 threads 94 vs 86,
-# 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 % of the fastest read. w3's too since its split codes (same host and
-# script, 17:12 UTC, 4 against 2): 16c4-zmm 2 threads 103 vs 91, 99 vs 93, 96 vs 87 %, 1 thread 113 vs 98, 125 vs
-# 109; 8c4-avxvnni 2 threads 101 vs 93 (as two bit planes it had been mixed). w8 and w4 not tried; they keep 2.
-PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: 4, 2: 4}
+# groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
+# Whether more streams pay is the memory system's call, measured on two CPUs, each against a plain read of the
+# same bytes (benchmarks/tile_variants.py, 16c4-zmm, 4096x14336 cold, prefetcht0 4 KiB ahead, 4 groups against 2):
+# - Intel Xeon (Sapphire Rapids class, 2026-12-03), where a plain read gains from more streams: w2 2 threads 94 vs
+#   86, 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 %; w3 (split codes, 17:12 UTC) 2 threads 103 vs 91, 99 vs 93,
+#   96 vs 87 %, 1 thread 113 vs 98, 125 vs 109; 8c4-avxvnni 2 threads 101 vs 93. w8 and w4 not tried.
+# - AMD Zen 5 (family 26 model 2, 2026-12-03 23:30 UTC), where a plain read with 4 streams per thread fell to
+#   36-52 % of one stream: 4 groups lost everywhere, 1 thread w8/w4/w3/w2 70/61/68/60 % against 95/94/93/94 %,
+#   2 threads 87/62/67/72 against 106/98/101/100 % (prefetchnta with 2 groups: 98/95/95/94 and 105/88/98/98).
+# Other CPUs (Zen 4 and older, ARM) are not measured with 4 and keep the 2 every tile reads.
+PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: STREAMS}
+PRFM_STREAMS_BY_VENDOR = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
+
+
+def prfm_streams(bits: int, vendor: str | None = None) -> int:
+    """Groups of rows per thread of width ``bits``' -prfm twin on a CPU of ``vendor`` (/proc/cpuinfo's
+    vendor_id; by default this machine's, None off x86)."""
+    if vendor is None:
+        vendor = _this_vendor()
+    return PRFM_STREAMS_BY_VENDOR.get(vendor, PRFM_STREAMS)[bits]
+
+
+@functools.lru_cache(maxsize=1)
+def _this_vendor() -> str | None:
+    from gemvbw import system
+
+    return system.cpu_vendor()
+
+
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
 PREFETCH_LOCALITY = 3
 # w3's codes as two whole codes and a split one to a byte (20 dot products per tile), not as two bit planes (32):
