@@ -78,9 +78,10 @@ STREAMS = 2
 # - Intel Xeon (Sapphire Rapids class, 2026-12-03), where a plain read gains from more streams: w2 2 threads 94 vs
 #   86, 96 vs 86, 100 vs 92 %, 1 thread 92 vs 85 %; w3 (split codes, 17:12 UTC) 2 threads 103 vs 91, 99 vs 93,
 #   96 vs 87 %, 1 thread 113 vs 98, 125 vs 109; 8c4-avxvnni 2 threads 101 vs 93. w8 and w4 not tried.
-# - AMD Zen 5 (family 26 model 2, 2026-12-03 23:30 UTC), where a plain read with 4 streams per thread fell to
-#   36-52 % of one stream: 4 groups lost everywhere, 1 thread w8/w4/w3/w2 70/61/68/60 % against 95/94/93/94 %,
-#   2 threads 87/62/67/72 against 106/98/101/100 % (prefetchnta with 2 groups: 98/95/95/94 and 105/88/98/98).
+# - AMD Zen 5 (family 26 model 2, 2026-12-03 23:20 UTC), where a plain read with 4 or 8 streams per thread
+#   mostly got 26-53 % of one stream (w8's with 4 at 1 thread 95 %): 4 groups lost everywhere, 1 thread
+#   w8/w4/w3/w2 70/61/68/60 % against 95/94/93/94 %, 2 threads 87/62/67/72 against 106/98/101/100 % (prefetchnta
+#   with 2 groups: 98/95/95/94 and 105/88/98/98).
 # Other CPUs (Zen 4 and older, ARM) are not measured with 4 and keep the 2 every tile reads.
 PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: STREAMS}
 PRFM_STREAMS_BY_VENDOR = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
