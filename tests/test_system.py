@@ -34,6 +34,7 @@ def test_x86_server():
 
 def test_the_cpu_vendor_is_read_on_x86_only(tmp_path):
     assert system.cpu_vendor(FIX / "x86-server", machine="x86_64") == "GenuineIntel"
+    assert system.cpu_vendor(FIX / "x86-server", machine="AMD64") == "GenuineIntel"  # Windows names it so
     # an aarch64 userland under QEMU reads the host's /proc/cpuinfo: its vendor_id is not the emulated CPU's
     assert system.cpu_vendor(FIX / "x86-server", machine="aarch64") is None
     assert system.cpu_vendor(FIX / "phone-3cluster", machine="x86_64") is None  # no vendor_id line
