@@ -83,7 +83,7 @@ STREAMS = 2
 #   w8/w4/w3/w2 70/61/68/60 % against 95/94/93/94 %, 2 threads 87/62/67/72 against 106/98/101/100 % (prefetchnta
 #   with 2 groups: 98/95/95/94 and 105/88/98/98).
 # Other CPUs (Zen 4 and older, ARM) are not measured with 4 and keep the 2 every tile reads.
-PRFM_STREAMS = {8: STREAMS, 4: STREAMS, 3: STREAMS, 2: STREAMS}
+PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)
 PRFM_STREAMS_BY_VENDOR = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
 
 
