@@ -65,8 +65,24 @@ ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait o
 #   everywhere (1 thread w8 104 -> 69 %, w4 99 -> 57, w3 74 -> 34, w2 64 -> 36; 2 threads 95/78/75/71 ->
 #   66/55/38/38 %) while prefetcht0 won everywhere (1 thread -> 111/127/93/92 %, 2 threads -> 113/100/92/100 %;
 #   prefetcht1 close behind, 2 and 8 KiB about the same). So the twins use prefetcht0, and w8 has one too.
+# - Zen 5 (2026-12-04, 2 KiB against 4 KiB ahead, prefetcht0): at 2 threads, four readings (two of 9 rounds, two
+#   of 15), w8 107/107/98/96 vs 103/92/92/96 %, w4 101/103/95/103 vs 96/100/92/100, w3 99/98/92/101 vs
+#   95/99/93/95, w2 102/96/98/105 vs 98/97/95/104; at 1 thread, three (one of 9 rounds, two of 15), w4 89/92/92
+#   vs 93/92/92, w3 86/85/85 vs 89/91/92, w2 82/77/81 vs 89/90/93, w8 (15 rounds) 99/99 vs 92/94. 1 and 8 KiB
+#   were behind (1 thread w4/w3/w2 84/79/72 and 88/86/86 % against 93/89/89). A core's share of the bandwidth,
+#   and so the bytes it must keep in flight to hide DRAM's latency, shrinks when more cores read: the twins
+#   prefetch PRFM_AHEAD at one thread, PRFM_AHEAD_SHARED when threads share the memory (see prfm_ahead); w8's
+#   twin, whose demand loads are denser, 2 KiB at both.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
-PRFM_AHEAD = {8: 4096, 4: 4096, 3: 4096, 2: 4096}
+PRFM_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
+PRFM_AHEAD_SHARED = {8: 2048, 4: 2048, 3: 2048, 2: 2048}
+
+
+def prfm_ahead(bits: int, threads: int) -> int:
+    """Bytes ahead in its stream that width ``bits``' -prfm twin prefetches when it runs on ``threads`` threads."""
+    return (PRFM_AHEAD if threads <= 1 else PRFM_AHEAD_SHARED)[bits]
+
+
 # groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
 # (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_variants.py, 16c4-zmm,
 # 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
