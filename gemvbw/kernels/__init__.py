@@ -237,7 +237,7 @@ def _tile_args(tier: str, prefetching: bool, nstreams: int) -> Callable[..., tup
         from gemvbw.kernels import tile
 
         # the twin's distance depends on how many threads share the memory: the number in force when bound
-        ahead = tile.prfm_ahead(qm.bits, numba.get_num_threads()) if prefetching else tile.PREFETCH_AHEAD[qm.bits]
+        ahead = tile.prfm_ahead(qm.bits, numba.get_num_threads()) if prefetching else None  # None: the tag's own
         return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams)
 
     return args
