@@ -156,9 +156,9 @@ def _quantized_slowly(x, block):
     return xq, d, xs, (xq[:x.size] * np.repeat(d, block)[:x.size]).astype(np.float32)
 
 
-@pytest.mark.parametrize("K,block", [(14336, 64), (1000, 64), (37, 8), (130, 64)])
+@pytest.mark.parametrize("K,block", [(14336, 64), (1000, 64), (37, 8), (130, 64), (192, 64)])
 def test_activation_quantization_against_the_slow_rule(K, block):
-    from gemvbw.kernels.activations import quantize_activations
+    from gemvbw.kernels.activations import quantize_activations, quantize_into
 
     x = random_activations(K, seed=K)
     x[:block] = 0.0  # a block of zeros: d = 1
@@ -166,9 +166,18 @@ def test_activation_quantization_against_the_slow_rule(K, block):
     x[block] = -4.0
     x[2 * block + 1] = -0.0
     got = quantize_activations(x, block, -(-K // block))
-    for name, a, b in zip(("xq", "d", "xs", "xdq"), got, _quantized_slowly(x, block)):
+    slow = _quantized_slowly(x, block)
+    for name, a, b in zip(("xq", "d", "xs", "xdq"), got, slow):
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert got[1][0] == 1.0 and got[1][1] == np.float32(4.0) / np.float32(127.0) and got[0][block] == -127
+    # as the kernels call it, into a kept workspace and without xq * d: the same bits, and xdq left alone
+    nb = -(-K // block)
+    xq, d, xs, xdq = np.zeros(nb * block, np.int8), np.empty(nb + 1, np.float32), np.empty(nb, np.float32), \
+        np.full(K, 7.0, np.float32)
+    quantize_into(x, block, nb, xq, d, xs, xdq, False)
+    for name, a, b in zip(("xq", "d", "xs"), (xq, d[:nb], xs), slow):
+        assert np.array_equal(a, b), name
+    assert (xdq == 7.0).all()
 
 
 @pytest.mark.skipif(not I8, reason=NO_I8)
