@@ -94,11 +94,6 @@ def quantize_into(x, block, nb, xq, d, xs, xdq, with_xdq):
         total = _quantize_block(x, lo, np.float32(1.0) / scale, xq)
         d[b] = scale
         xs[b] = scale * np.float32(total)
-        if with_xdq:
-            qb = xq[lo:lo + block]
-            db = xdq[lo:lo + block]
-            for k in range(block):
-                db[k] = np.float32(qb[k]) * scale
     bits = x.view(np.uint32)
     amax_bits = d[nb:nb + 1].view(np.uint32)
     amax_of = d[nb:nb + 1]
@@ -120,20 +115,21 @@ def quantize_into(x, block, nb, xq, d, xs, xdq, with_xdq):
         inv = np.float32(1.0) / scale
         qb = xq[lo:hi]
         total = np.int32(0)
-        if with_xdq:
-            db = xdq[lo:hi]
-            for k in range(xb.shape[0]):
-                q = np.int32(np.rint(xb[k] * inv))
-                qb[k] = q
-                db[k] = np.float32(q) * scale
-                total += q
-        else:
-            for k in range(xb.shape[0]):
-                q = np.int32(np.rint(xb[k] * inv))
-                qb[k] = q
-                total += q
+        for k in range(xb.shape[0]):
+            q = np.int32(np.rint(xb[k] * inv))
+            qb[k] = q
+            total += q
         d[b] = scale
         xs[b] = scale * np.float32(total)
+    if with_xdq:  # from the int8 codes just written: the same values as q * d
+        for b in range(nb):
+            lo = b * block
+            hi = min(lo + block, K)
+            qb = xq[lo:hi]
+            db = xdq[lo:hi]
+            scale = d[b]
+            for k in range(qb.shape[0]):
+                db[k] = np.float32(qb[k]) * scale
 
 
 @njit(cache=True)
