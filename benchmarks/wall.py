@@ -49,14 +49,14 @@ from gemvbw.metrics import logical_bytes
 # the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
 LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
 from gemvbw.quant import random_activations, random_quantized
-from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams
+from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
 from gemvbw.verify import reference_gemv, verify
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
     """The read roofline's three ways of reading ``nbytes`` ('read 1', 'read 4', 'read 8': streams per thread),
     each a call of the compiled function, as the kernels are called."""
-    buf = np.ones(nbytes // 4, np.float32)
+    buf = read_buffer(nbytes)
     one = kernels.compiled(_parallel_sum, buf, threads)
     several = kernels.compiled(_parallel_sum_streams, buf, threads, 4)
     runs = {"read 1": lambda: one(buf, threads)}

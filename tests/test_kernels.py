@@ -232,6 +232,7 @@ def test_repacked_layout_holds_the_same_bytes(tier, bits, meta_bytes):
     V = packed.layout_bytes(packed.PRIMITIVES[tier])
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits)
     pc, pm, npairs = packed.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, tier)
+    assert pc.ctypes.data % 64 == 0 and pm.ctypes.data % 64 == 0  # every vector load within one cache line
     order = packed.pair_order(bits, V)
     assert npairs == 3 and sorted(order) == list(range(len(order))) and len(order) == 2 * 64 * bits // 8
     pc = pc.copy()
@@ -294,6 +295,7 @@ def test_column_tiles_hold_the_documented_bytes(rows, bits, w3_split, meta_bytes
     M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
     pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows, w3_split)
+    assert pc.ctypes.data % 64 == 0  # every tile on a cache line: its vector loads split none
     codes = _unpacked_codes(qm)
     size = tile.tile_bytes(bits, rows, meta_bytes)  # codes, then [rows x scale | rows x offset] as stored
     assert nfull == 3 and pc.size == 2 * 3 * size == 2 * 3 * (rows * 64 * bits // 8 + 2 * rows * meta_bytes)
@@ -425,6 +427,17 @@ def test_int8_kernel_calls_share_their_workspace_and_stay_exact(spec, M, K):
     assert np.array_equal(outs[0], outs[2])
 
 
+@pytest.mark.parametrize("n", [1, 100, 100_003, 3_000_001])  # the large ones numpy maps 16 bytes into a page
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float32])
+def test_aligned_arrays_start_on_a_cache_line_and_hold_what_they_are_given(n, dtype):
+    from gemvbw.kernels._common import aligned_empty
+
+    a = aligned_empty(n, dtype)
+    assert a.ctypes.data % 64 == 0 and a.shape == (n,) and a.dtype == dtype and a.flags.c_contiguous
+    a[:] = np.arange(n) % 7
+    assert np.array_equal(a, (np.arange(n) % 7).astype(dtype))  # its own bytes, not shared with another array
+
+
 def test_kernel_workspace_sections_are_lines_apart_and_checked():
     from gemvbw.kernels import streams
 
@@ -436,7 +449,7 @@ def test_kernel_workspace_sections_are_lines_apart_and_checked():
     assert all(b - a >= n for a, b, n in zip(starts, starts[1:], needs))
     assert size - o_scratch < scratch + 64 and o_d == 256 and o_xs - o_d == 64
     work = streams.new_work(K, nb, lanes, chunks, scratch, nstreams)
-    assert work.dtype == np.uint8 and work.shape == (size,) and not work.any()
+    assert work.dtype == np.uint8 and work.shape == (size,) and not work.any() and work.ctypes.data % 64 == 0
     if I8:  # a kernel given a workspace too small for its shapes refuses to run
         spec = I8[0]
         qm = random_quantized(20, 200, bits=spec.bits)

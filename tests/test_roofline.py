@@ -74,3 +74,10 @@ def test_how_the_read_was_taken_is_said():
     one = Bandwidth("read", 1, 1, 1.0, (1.0,), 9.8, 1, ((1, 9.8), (4, 9.1)))
     assert read_ways(one) == "fastest of 1/4 streams per thread: 9.8/9.1 GB/s"
     assert read_ways(Bandwidth("read", 1, 1, 1.0, (1.0,), 9.8)) == ""
+
+
+@pytest.mark.parametrize("nbytes", [4096, 10_000_000])  # 10 MB: numpy alone would start it 16 bytes into a page
+def test_the_read_buffer_starts_on_a_cache_line_and_sums_to_its_length(nbytes):
+    a = roofline.read_buffer(nbytes)
+    assert a.ctypes.data % 64 == 0 and a.dtype == np.float32 and a.size == nbytes // 4
+    assert _parallel_sum(a, 2) == a.size  # every float is 1

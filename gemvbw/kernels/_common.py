@@ -50,6 +50,23 @@ def _load_meta_impl(a, r, b):
     return impl
 
 
+CACHE_LINE = 64
+
+
+def aligned_empty(n: int, dtype=np.uint8, align: int = CACHE_LINE) -> np.ndarray:
+    """An uninitialised array of ``n`` items that starts on an ``align``-byte boundary, allocated by numpy.
+
+    numpy's large arrays start 16 bytes into a page (glibc's mmap chunk header), so every 64-byte load of
+    one straddles two cache lines. Measured on Zen 5 (2026-12-04): a plain read of a 56 MiB buffer, cold,
+    interleaved, 1 thread 38.3 GB/s 16 bytes off against 40.2 aligned, 2 threads 44.0 against 45.7; the
+    column tiles warm (L2-resident, 1 thread) w8/w4/w3/w2 131-172/79/68-76/53 -> 196/94/74/61 GB/s.
+    Still numpy's allocation (not numba's), for its transparent huge pages."""
+    nbytes = n * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes].view(dtype)
+
+
 @njit(cache=True, fastmath=FASTMATH)
 def block_sums(x, block, nblocks):
     """Sum of x over each block: the offset term is offset[r, b] * sum(x in block b)."""

@@ -44,6 +44,7 @@ from numba import njit, prange, types
 from numba.extending import NativeValue, intrinsic, models, overload, register_model, typeof_impl, unbox
 
 from gemvbw.kernels import FINGERPRINT, streams
+from gemvbw.kernels._common import aligned_empty
 from gemvbw.kernels.activations import SUPPORTED_BLOCK
 from gemvbw.kernels.isa import PRIMITIVES
 from gemvbw.kernels.isa.common import F32, HINTS, I8, I32, broadcast, const, load, meta, off, prefetch, ptr, splat, vec
@@ -286,8 +287,8 @@ def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K:
     nfull = K // SUPPORTED_BLOCK
     groups = codes.shape[0] // rows
     mb = scale.itemsize
-    # numpy's allocation, for its transparent huge pages (see gemvbw.kernels.packed.pack)
-    pc = np.empty(groups * nfull * tile_bytes(bits, rows, mb), np.uint8)
+    # numpy's allocation, for its transparent huge pages, on a cache line (see aligned_empty)
+    pc = aligned_empty(groups * nfull * tile_bytes(bits, rows, mb))
     layout = np.array(fields(bits, w3_split), np.int64)
     repack(codes, scale.view(np.uint8), offset.view(np.uint8), bits, layout, rows, nfull, mb, pc)
     return pc, nfull
