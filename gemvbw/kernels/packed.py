@@ -424,9 +424,9 @@ def _step(tag, lay, k, s, act, acc):
 
 
 @overload(streams.row_sum)
-def _row_sum(tag, acc, i):
+def _row_sum(tag, accs, k, i):
     if _is_packed(tag):
-        return lambda tag, acc, i: acc[i] + acc[ROWS + i]
+        return lambda tag, accs, k, i: accs[k, i] + accs[k, ROWS + i]
 
 
 @overload(streams.first_leftover)

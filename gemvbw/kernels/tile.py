@@ -416,9 +416,9 @@ def _step(tag, lay, k, s, act, acc):
 
 
 @overload(streams.row_sum)
-def _row_sum(tag, acc, i):
+def _row_sum(tag, accs, k, i):
     if _is_tile(tag):
-        return lambda tag, acc, i: acc[i]
+        return lambda tag, accs, k, i: accs[k, i]
 
 
 @overload(streams.first_leftover)
