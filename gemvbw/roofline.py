@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from gemvbw import metrics
-from gemvbw.kernels._common import FASTMATH, aligned_empty
+from gemvbw.kernels._common import FASTMATH, aligned_full
 
 MEMCPY_MIB = 256
 READ_MIN_MIB = 256
@@ -51,9 +51,7 @@ class Bandwidth:
 
 def memcpy_bandwidth(threads: int, mib: int = MEMCPY_MIB, trials: int = TRIALS) -> Bandwidth:
     n = mib << 20
-    src, dst = aligned_empty(n), aligned_empty(n)  # on cache lines, as MNN allocates its buffers
-    src[:] = 1
-    dst[:] = 1
+    src, dst = aligned_full(n, 1), aligned_full(n, 1)  # on cache lines, as MNN allocates its buffers
     bounds = np.linspace(0, n, threads + 1).astype(np.int64)
     np.copyto(dst, src)  # warm-up: pages mapped, code paths hot
 
@@ -123,9 +121,7 @@ def read_buffer(nbytes: int) -> np.ndarray:
     """The float32 buffer a read roofline reads, starting on a cache line as the kernels' copies do: 16 bytes
     off (numpy's default for large arrays) every vector load straddles two lines and the read understates the
     wall (Zen 5, 56 MiB, cold, 1 thread: 38.3 against 40.2 GB/s; 2 threads 44.0 against 45.7)."""
-    a = aligned_empty(nbytes // 4, np.float32)
-    a[:] = 1
-    return a
+    return aligned_full(nbytes // 4, 1, np.float32)
 
 
 def read_buffer_bytes(llc_bytes: int | None) -> int:

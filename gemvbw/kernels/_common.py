@@ -67,6 +67,13 @@ def aligned_empty(n: int, dtype=np.uint8, align: int = CACHE_LINE) -> np.ndarray
     return raw[start:start + nbytes].view(dtype)
 
 
+def aligned_full(n: int, value, dtype=np.uint8) -> np.ndarray:
+    """:func:`aligned_empty`, every item set to ``value`` (which also maps its pages now, not when first read)."""
+    a = aligned_empty(n, dtype)
+    a[:] = value
+    return a
+
+
 @njit(cache=True, fastmath=FASTMATH)
 def block_sums(x, block, nblocks):
     """Sum of x over each block: the offset term is offset[r, b] * sum(x in block b)."""

@@ -44,7 +44,7 @@ from gemvbw.kernels import w2 as _w2
 from gemvbw.kernels import w3 as _w3
 from gemvbw.kernels import w4 as _w4
 from gemvbw.kernels import w8 as _w8
-from gemvbw.kernels._common import FASTMATH, aligned_empty, load_meta, row_chunks
+from gemvbw.kernels._common import FASTMATH, aligned_full, load_meta, row_chunks
 from gemvbw.kernels.activations import quantize_into
 
 # --- what each layout supplies (stubs: the overloads live beside each layout) ----------------------
@@ -135,9 +135,7 @@ def work_layout(K, nb, lanes, chunks, scratch, nstreams):
 
 def new_work(K: int, nb: int, lanes: int, chunks: int, scratch: int, nstreams: int) -> np.ndarray:
     """A zeroed workspace for a binding (see :func:`work_layout`), on a cache line, so that its sections are."""
-    work = aligned_empty(work_layout(K, nb, lanes, chunks, scratch, nstreams)[-1])
-    work[:] = 0
-    return work
+    return aligned_full(work_layout(K, nb, lanes, chunks, scratch, nstreams)[-1], 0)
 
 
 def bind(args: tuple):
