@@ -66,8 +66,7 @@ class KernelSpec:
     # variants of one layout share one repacked copy of a matrix
     tier: str | None = None
     layout: tuple | None = None
-    # column tiles: bytes the variant prefetches ahead in its stream at one thread (0: none; the -prfm variants,
-    # which prefetch tile.prfm_ahead(bits, threads))
+    # column tiles: bytes the variant prefetches ahead in its stream (0: none; the -prfm variants)
     ahead: int = 0
     # int8 variants: (qm, x, y, chunks) -> the arguments of gemvbw.kernels.streams.gemv_streams that bind
     # uses, tag included; benchmarks/asm_check.py compiles from them, so it reads the code that runs
@@ -232,12 +231,10 @@ def _packed_args(tier: str) -> Callable[..., tuple]:
     return args
 
 
-def _tile_args(tier: str, prefetching: bool, nstreams: int) -> Callable[..., tuple]:
+def _tile_args(tier: str, ahead: int, nstreams: int) -> Callable[..., tuple]:
     def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import tile
 
-        # the twin's distance depends on how many threads share the memory: the number in force when bound
-        ahead = tile.prfm_ahead(qm.bits, numba.get_num_threads()) if prefetching else None  # None: the tag's own
         return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams)
 
     return args
@@ -283,14 +280,13 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 streams = tile.prfm_streams(bits)
                 groups = f", {streams} groups of rows at once per thread" if streams != tile.STREAMS else ""
                 ways = [("", tile.PREFETCH_AHEAD[bits], tile.STREAMS, "")] + ([(
-                    PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream at one thread, "
-                    f"{tile.PRFM_AHEAD_SHARED[bits]} at more ({hint}){groups}"
+                    PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream ({hint}){groups}"
                 )] if ahead else [])
                 specs += [_i8_spec(
                     bits, f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
-                    _tile_args(t.name, bool(ahead), nstreams), priority=t.tile_priority - (1 if suffix else 0),
+                    _tile_args(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
                     tier=t.name, layout=tile.layout_key(t.name, bits), ahead=ahead)
                     for suffix, ahead, nstreams, what in ways]
     return specs

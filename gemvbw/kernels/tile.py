@@ -66,22 +66,19 @@ ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait o
 #   everywhere (1 thread w8 104 -> 69 %, w4 99 -> 57, w3 74 -> 34, w2 64 -> 36; 2 threads 95/78/75/71 ->
 #   66/55/38/38 %) while prefetcht0 won everywhere (1 thread -> 111/127/93/92 %, 2 threads -> 113/100/92/100 %;
 #   prefetcht1 close behind, 2 and 8 KiB about the same). So the twins use prefetcht0, and w8 has one too.
-# - Zen 5 (2026-12-04, 2 KiB against 4 KiB ahead, prefetcht0): at 2 threads, four readings (two of 9 rounds, two
-#   of 15), w8 107/107/98/96 vs 103/92/92/96 %, w4 101/103/95/103 vs 96/100/92/100, w3 99/98/92/101 vs
-#   95/99/93/95, w2 102/96/98/105 vs 98/97/95/104; at 1 thread, three (one of 9 rounds, two of 15), w4 89/92/92
-#   vs 93/92/92, w3 86/85/85 vs 89/91/92, w2 82/77/81 vs 89/90/93, w8 (15 rounds) 99/99 vs 92/94. 1 and 8 KiB
-#   were behind (1 thread w4/w3/w2 84/79/72 and 88/86/86 % against 93/89/89). A core's share of the bandwidth,
-#   and so the bytes it must keep in flight to hide DRAM's latency, shrinks when more cores read: the twins
-#   prefetch PRFM_AHEAD at one thread, PRFM_AHEAD_SHARED when threads share the memory (see prfm_ahead); w8's
-#   twin, whose demand loads are denser, 2 KiB at both.
+# - Zen 5 (2026-12-04, 2 KiB against 4 KiB ahead, prefetcht0): at 1 thread, three readings (one of 9 rounds, two of
+#   15), w4 89/92/92 vs 93/92/92 %, w3 86/85/85 vs 89/91/92, w2 82/77/81 vs 89/90/93, w8 (15 rounds) 99/99 vs 92/94;
+#   1 and 8 KiB were behind (w4/w3/w2 84/79/72 and 88/86/86 % against 93/89/89). At 2 threads the answer follows the
+#   bandwidth the host gives that minute (two reads at once: 40-50 GB/s most minutes, 56-83 in others). Where the
+#   read was slow, the two were within 3 points, 2 KiB up to 5 ahead (four readings before 02:00 UTC: w4
+#   101/103/95/103 vs 96/100/92/100 %, w3 99/98/92/101 vs 95/99/93/95, w2 102/96/98/105 vs 98/97/95/104; at
+#   11:42-11:48 UTC, 61 rounds each, w4 100/97/97 vs 99/98/96, w3 100/98/99 vs 98/101/98, w2 99 vs 98); where it was
+#   fast (56-68 GB/s, 11:40-11:48 UTC, 61 rounds each) 4 KiB was ahead in ten readings of eleven, by 4-11 points (w4
+#   85/95/86 vs 92/93/91 %, w3 88/86/90 vs 95/97/97, w2 90/92/87/86/91 vs 98/98/96/93/95), and 6 KiB about level with
+#   4. There each core has the bandwidth one thread has alone, and wants the distance one thread wants. So the twins
+#   prefetch PRFM_AHEAD at any thread count; w8's, whose demand loads are denser, 2 KiB.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
-PRFM_AHEAD_SHARED = {8: 2048, 4: 2048, 3: 2048, 2: 2048}
-
-
-def prfm_ahead(bits: int, threads: int) -> int:
-    """Bytes ahead in its stream that width ``bits``' -prfm twin prefetches when it runs on ``threads`` threads."""
-    return (PRFM_AHEAD if threads <= 1 else PRFM_AHEAD_SHARED)[bits]
 
 
 # groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
