@@ -20,7 +20,8 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    It uses as many threads as the machine has CPUs. Build ggml yourself (nothing here builds it).
 6. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
    best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also twice, at the
-   same points, for a cold-against-cold side-by-side. Build MNN yourself with -DMNN_BUILD_TEST=ON
+   same points, for a cold-against-cold side-by-side; each of those runs between two `gemvbw roofline`
+   reads at its thread count, against which MNN's GB/s is set (the bandwidth of its own minutes). Build MNN yourself with -DMNN_BUILD_TEST=ON
    -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with AVX-512: see peers/README.md). MNN's
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from gemvbw.metrics import logical_bytes
 
@@ -101,6 +103,30 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 
 
+class MnnPass(NamedTuple):
+    """One run of MNN's test on every shape at one thread count (per shape its printed table and us/iter per
+    width), with gemvbw's read roofline at that thread count just before and just after it (GB/s): what the
+    host gave in MNN's own minutes, which a roofline taken with gemvbw's sweep minutes apart does not say."""
+    shapes: dict[str, tuple[str, dict[int, float]]]
+    reads: tuple[float, float]
+
+
+def read_now(threads: int) -> float:
+    """gemvbw's read roofline at ``threads`` threads, measured now (`gemvbw roofline`), in GB/s."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        cmd = [sys.executable, "-m", "gemvbw", "roofline", "--threads", str(threads), "--json", str(out)]
+        print("+", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())["rooflines"][-1]["read_gbps"]
+
+
+def mnn_pass(binary: str, threads: int) -> MnnPass:
+    before = read_now(threads)
+    shapes = {shape: run_mnn(binary, threads, shape) for shape in SHAPES}
+    return MnnPass(shapes, (before, read_now(threads)))
+
+
 def merged(first: dict, second: dict) -> dict:
     """Two sweeps of the same settings as one record, as the peers' two runs are taken: per shape, width and
     variant the faster row of the two, each row with its own sweep's %read. The first's system and settings;
@@ -140,16 +166,44 @@ def _empty_call(record: dict) -> str:
     return f"{kind} {record['call_overhead_us']:.1f} us warm" + ("" if cold is None else f", {cold:.1f} us cold")
 
 
-def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str) -> list[str]:
+def mnn_gbps(us: float, shape: str, bits: int) -> float:
+    """MNN's eff GB/s for a latency, with its count: codes + fp16 scale and offset per block (when K % 64 != 0
+    one block spans the row), the count gemvbw's eff GB/s uses too."""
     M, K = map(int, shape.split("x"))
-    lines = [f"### {shape}", "", "width | gemvbw i8 cold | MNN cold (same run) | MNN / gemvbw latency", "---|---|---|---"]
+    return logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2) / us / 1e3
+
+
+def share_of_reads(gbps: float, reads: tuple[float, float]) -> str:
+    """A peer's GB/s as % of the faster and of the slower of the two reads taken around its run ("95-101"): which
+    of them its minutes had is not known, and on this host the two can differ by 2x."""
+    lo, hi = (100 * gbps / r for r in sorted(reads, reverse=True))
+    return f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}-{hi:.0f}"
+
+
+def pct_of_read_around(gbps: float, reads: tuple[float, float] | None) -> str:
+    """:func:`share_of_reads`, with both reads ("-" without them)."""
+    if not reads:
+        return "-"
+    return f"{share_of_reads(gbps, reads)} (reads {reads[0]:.1f} / {reads[1]:.1f} GB/s)"
+
+
+def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str,
+                     reads: dict[int, tuple[float, float]] | None = None) -> list[str]:
+    """gemvbw's best int8 row beside MNN's better latency per width; ``reads``: per width, the reads around
+    the MNN run that gave it (see :class:`MnnPass`), so that each side's figure is set against its own minutes."""
+    lines = [f"### {shape}", "",
+             "width | gemvbw i8 cold | gemvbw %read (its sweep's) | MNN cold (same run) | MNN % of the reads around "
+             "its run | MNN / gemvbw latency", "---|---|---:|---|---|---:"]
     for bits in (8, 4, 3, 2):
         r = best(i8, shape, bits)
-        # MNN's count: codes + fp16 scale and offset per block; when K % 64 != 0 one block spans the row
-        nbytes = logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2)
-        theirs = f"{mnn[bits]:.0f} us, {nbytes / mnn[bits] / 1e3:.2f} GB/s" if bits in mnn else "-"
+        ours = f"{r['pct_read']:.0f}" if r and r.get("pct_read") is not None else "-"
+        theirs = around = "-"
+        if bits in mnn:
+            gbps = mnn_gbps(mnn[bits], shape, bits)
+            theirs = f"{mnn[bits]:.0f} us, {gbps:.2f} GB/s"
+            around = pct_of_read_around(gbps, (reads or {}).get(bits))
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
-        lines.append(f"w{bits} | {cell(r)} | {theirs} | {ratio}")
+        lines.append(f"w{bits} | {cell(r)} | {ours} | {theirs} | {around} | {ratio}")
     return lines + [""]
 
 
@@ -195,7 +249,8 @@ WALL = {8: 90.0, 4: 90.0, 3: 85.0, 2: 85.0}
 LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
 
 
-def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336") -> list[str]:
+def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336",
+         mnn_reads: dict[int, tuple[float, float]] | None = None) -> list[str]:
     lines = [f"read roofline of this run: {reads(i8)} at {i8['roofline']['threads']} thread(s) (each row's %read "
              "against its own sweep's)", "",
              "width | gemvbw (best tier) | %read (bar) | t(wN)/t(w8) (bar) | MNN / gemvbw (bar 1.3, or gemvbw >= 95% "
@@ -215,7 +270,10 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336") -> l
         if mnn and bits in mnn:
             q = mnn[bits] / r["best_avg_us"]
             ok = q >= 1.3 or (r["pct_read"] >= 95 and q >= 1.0)
-            vs = f"{q:.2f} ({'met' if ok else 'NOT met'})"
+            around = (mnn_reads or {}).get(bits)
+            where = (f"; MNN at {share_of_reads(mnn_gbps(mnn[bits], shape, bits), around)} % of the reads around "
+                     "its run") if around else ""
+            vs = f"{q:.2f} ({'met' if ok else 'NOT met'}{where})"
         lines.append(f"w{bits} | {cell(r)} | {wall} | {lat} | {vs}")
     return lines + [""]
 
@@ -230,12 +288,20 @@ def wall_md(*args: str) -> list[str]:
         return md.read_text().splitlines()
 
 
-def best_of(runs: list[dict], shape: str) -> dict[int, float]:
+def best_of(runs: list[MnnPass], shape: str) -> dict[int, float]:
+    """Per width, the better of the passes' latencies on a shape."""
     out: dict[int, float] = {}
     for run in runs:
-        for bits, us in run[shape][1].items():
+        for bits, us in run.shapes[shape][1].items():
             out[bits] = min(us, out.get(bits, float("inf")))
     return out
+
+
+def reads_of_best(runs: list[MnnPass], shape: str) -> dict[int, tuple[float, float]]:
+    """Per width, the reads around the pass that gave :func:`best_of`'s latency."""
+    best_us = best_of(runs, shape)
+    return {bits: next(run.reads for run in runs if run.shapes[shape][1].get(bits) == us)
+            for bits, us in best_us.items()}
 
 
 def asm_table(path: Path) -> list[str]:
@@ -284,7 +350,7 @@ def main() -> int:
     started = dt.datetime.now(dt.timezone.utc)
     it = ["--iters", args.iters]
     ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
-    mnn_runs = {t: [{shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES}] for t in counts} if args.mnn_bin else {}
+    mnn_runs = {t: [mnn_pass(args.mnn_bin, t)] for t in counts} if args.mnn_bin else {}
     shapes = sum((["--shape", s] for s in SHAPES), [])
     f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, "--threads", str(top))
     def int8_sweeps(t: int) -> tuple[dict, dict]:  # cold on every shape, and warm at 4096x14336
@@ -305,7 +371,7 @@ def main() -> int:
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
-        mnn_runs[t].append({shape: run_mnn(args.mnn_bin, t, shape) for shape in SHAPES})
+        mnn_runs[t].append(mnn_pass(args.mnn_bin, t))
     for t in counts:
         again, warm_again = int8_sweeps(t)
         i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
@@ -342,7 +408,9 @@ def main() -> int:
         lines += [f"## int8 activations, {t} thread(s) (`gemvbw sweep --act i8 --kernel all --threads {t} "
                   "--shape ...`)", ""]
         lines += ["### The bars at 4096x14336, cold", ""]
-        lines += bars(i8[t], best_of(mnn_runs[t], "4096x14336") if t in mnn_runs else None)
+        peer = (best_of(mnn_runs[t], "4096x14336"), reads_of_best(mnn_runs[t], "4096x14336")) if t in mnn_runs \
+            else (None, None)
+        lines += bars(i8[t], peer[0], mnn_reads=peer[1])
         lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
                   "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
                   "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "
@@ -360,9 +428,14 @@ def main() -> int:
                       f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before gemvbw's sweeps and "
                       "between its two int8 runs; the better of its two latencies is shown, beside gemvbw's better. "
                       "Both are cold (a 64 MiB read before every call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes "
-                      "longer than gemvbw. MNN's raw output is in `benchmarks/peers/`.", ""]
+                      "longer than gemvbw. This host's bandwidth moves from minute to minute, so each side is also "
+                      "set against its own minutes: gemvbw's row against its sweep's read roofline, MNN's against "
+                      "two reads (`gemvbw roofline`) taken just before and just after the MNN run that gave it, "
+                      "as a share of the faster and of the slower one (which of them its own minutes had is not "
+                      "known). MNN's raw output is in `benchmarks/peers/`.", ""]
             for shape in SHAPES:
-                lines += mnn_side_by_side(i8[t], best_of(mnn_runs[t], shape), shape)
+                lines += mnn_side_by_side(i8[t], best_of(mnn_runs[t], shape), shape,
+                                          reads_of_best(mnn_runs[t], shape))
     if ggml_runs:
         ggml = {k: min(run[1].get(k, float("inf")) for run in ggml_runs) for k in ggml_runs[0][1]}
         lines += [f"## Side by side with ggml, 4096x14336, n=1, {cpus} threads", "",
@@ -379,7 +452,7 @@ def main() -> int:
         (HERE / "peers" / "mnn-gemvbw.txt").write_text(
             f"# MNN_GEMVBW_M=.. MNN_GEMVBW_K=.. run_test.out speed/GemvBW 0 2 THREADS, {started:%Y-%m-%d}, "
             "each thread count and shape before gemvbw's sweeps and between its two int8 runs\n"
-            + "\n".join(f"## {t} thread(s)\n" + run[shape][0] for t, runs in mnn_runs.items() for run in runs
+            + "\n".join(f"## {t} thread(s)\n" + run.shapes[shape][0] for t, runs in mnn_runs.items() for run in runs
                         for shape in SHAPES))
     lines += [f"## f32 activations, {top} thread(s) (`gemvbw sweep --act f32 --kernel all --shape ...`)", ""]
     for shape in SHAPES:

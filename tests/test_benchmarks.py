@@ -30,12 +30,39 @@ def test_mnn_table_is_read_per_width(run):
 
 
 def test_mnn_side_by_side_counts_mnn_bytes(run):
-    i8 = {"results": [{"M": 1024, "K": 1024, "bits": 4, "best_avg_us": 135.0, "eff_gbps": 4.37, "variant": "packed"}]}
+    i8 = {"results": [{"M": 1024, "K": 1024, "bits": 4, "best_avg_us": 135.0, "eff_gbps": 4.37, "variant": "packed",
+                       "pct_read": 61.2}]}
     lines = run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024")
     row = next(line for line in lines if line.startswith("w4 |"))
     # MNN's bytes: 1024*1024/2 codes + 1024 rows * 16 blocks * 2 values * 2 bytes = 589824
-    assert f"{589824 / 213.0 / 1e3:.2f} GB/s" in row and row.endswith("| 1.58")
-    assert next(line for line in lines if line.startswith("w8 |")) == "w8 | - | - | -"
+    assert row.split(" | ")[2:] == ["61", f"213 us, {589824 / 213.0 / 1e3:.2f} GB/s", "-", "1.58"]
+    assert next(line for line in lines if line.startswith("w8 |")) == "w8 | - | - | - | - | -"
+    # with the reads taken around MNN's run: its GB/s against the faster and the slower of the two
+    row = next(line for line in run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024", {4: (2.5, 4.0)})
+               if line.startswith("w4 |"))
+    assert (f"{100 * 589824 / 213.0 / 1e3 / 4.0:.0f}", f"{100 * 589824 / 213.0 / 1e3 / 2.5:.0f}") == ("69", "111")
+    assert row.split(" | ")[4] == "69-111 (reads 2.5 / 4.0 GB/s)"
+    assert run.share_of_reads(30.0, (40.0, 40.0)) == "75"  # one figure when the two reads agree
+
+
+def test_each_mnn_width_keeps_the_reads_around_the_pass_that_gave_its_best(run):
+    first = run.MnnPass({"1024x1024": ("", {8: 300.0, 4: 200.0})}, (30.0, 31.0))
+    second = run.MnnPass({"1024x1024": ("", {8: 280.0, 4: 210.0})}, (50.0, 45.0))
+    assert run.best_of([first, second], "1024x1024") == {8: 280.0, 4: 200.0}
+    assert run.reads_of_best([first, second], "1024x1024") == {8: (50.0, 45.0), 4: (30.0, 31.0)}
+
+
+def test_read_now_takes_the_roofline_at_the_thread_count_asked(run, monkeypatch):
+    calls = []
+
+    def fake(cmd, check, stdout):  # what `gemvbw roofline --json` writes: one row per thread count 1..N
+        calls.append(cmd)
+        path = cmd[cmd.index("--json") + 1]
+        Path(path).write_text('{"rooflines": [{"threads": 1, "read_gbps": 40.0}, {"threads": 2, "read_gbps": 47.5}]}')
+
+    monkeypatch.setattr(run.subprocess, "run", fake)
+    assert run.read_now(2) == 47.5
+    assert calls[0][1:5] == ["-m", "gemvbw", "roofline", "--threads"] and calls[0][5] == "2"
 
 
 def test_ggml_line_is_read(run):
@@ -59,6 +86,10 @@ def test_bars_judge_each_width_by_the_issue_thresholds(run):
     near_wall = {"roofline": {"read_gbps": 33.0, "threads": 1}, "results": [row(8, 2000.0, 96.0)]}
     w8 = next(l for l in run.bars(near_wall, {8: 2050.0}) if l.startswith("w8"))
     assert w8.endswith("| 1.02 (met)")  # at the wall: no slower than MNN is enough
+    # MNN's own minutes beside the ratio: 4096x14336 w8 at 2050 us is 30.43 GB/s, 95 % of a 32.0 GB/s read and
+    # 101 % of a 30.0 one
+    w8 = next(l for l in run.bars(near_wall, {8: 2050.0}, mnn_reads={8: (30.0, 32.0)}) if l.startswith("w8"))
+    assert w8.endswith("| 1.02 (met; MNN at 95-101 % of the reads around its run)")
 
 
 def test_empty_call_as_each_record_states_it(run):
