@@ -21,8 +21,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
 6. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
    best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also twice, at the
    same points, for a cold-against-cold side-by-side; each of those runs between two `gemvbw roofline`
-   reads at its thread count, against which MNN's GB/s is set (the bandwidth of its own minutes). Build MNN yourself with -DMNN_BUILD_TEST=ON
-   -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with AVX-512: see peers/README.md). MNN's
+   reads at its thread count, against which MNN's GB/s is set (the bandwidth of its own minutes).
+   Build MNN yourself with -DMNN_BUILD_TEST=ON -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with
+   AVX-512: see peers/README.md). MNN's
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
    other shapes are left out.
