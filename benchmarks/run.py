@@ -26,7 +26,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    AVX-512: see peers/README.md). MNN's
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
-   other shapes are left out.
+   other shapes are left out. Then, after gemvbw's second int8 sweeps, benchmarks/paired.py
+   (--paired-rounds, default 4 per thread count, ~45 s each): MNN's test and gemvbw's default sweep back
+   to back at 4096x14336, the order swapped every round, for the MNN bar at the same minutes.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up over the others,
 and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
 machine and the date. Run it on a quiet machine: nothing else compiling or measuring.
@@ -279,12 +281,12 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336",
     return lines + [""]
 
 
-def wall_md(*args: str) -> list[str]:
-    """The markdown table of benchmarks/wall.py run with args."""
+def script_md(script: str, *args: str) -> list[str]:
+    """The markdown a script of benchmarks/ (wall.py, paired.py) writes to --md when run with args."""
     with tempfile.TemporaryDirectory() as d:
-        md = Path(d) / "wall.md"
-        print("+ benchmarks/wall.py", *args, file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, str(HERE / "wall.py"), *args, "--md", str(md)], check=True,
+        md = Path(d) / "out.md"
+        print(f"+ benchmarks/{script}", *args, file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, str(HERE / script), *args, "--md", str(md)], check=True,
                        stdout=subprocess.DEVNULL)
         return md.read_text().splitlines()
 
@@ -341,6 +343,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--ggml-bin", help="a test-backend-ops binary you built from ggml, for a side-by-side")
     ap.add_argument("--mnn-bin", help="a run_test.out binary you built from MNN, for a side-by-side")
+    ap.add_argument("--paired-rounds", type=int, default=4,
+                    help="with --mnn-bin: rounds of benchmarks/paired.py per thread count (default 4; 0: none)")
     ap.add_argument("--aarch64-asm", metavar="JSON",
                     help="asm_check.py --json written in the emulated aarch64 userland (.ci/arm64 --setup), for "
                          "the aarch64 section")
@@ -367,8 +371,8 @@ def main() -> int:
         i8[t], warm[t] = int8_sweeps(t)
     # each tier against a plain read of the same bytes, interleaved (the wall it had); and every width's kernels
     # and reads in the same rounds (the latency ratios at the same minutes)
-    walls = {t: wall_md("--threads", str(t)) for t in counts}
-    ratios = {t: wall_md("--latency-ratios", "--threads", str(t)) for t in counts}
+    walls = {t: script_md("wall.py", "--threads", str(t)) for t in counts}
+    ratios = {t: script_md("wall.py", "--latency-ratios", "--threads", str(t)) for t in counts}
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
@@ -376,6 +380,9 @@ def main() -> int:
     for t in counts:
         again, warm_again = int8_sweeps(t)
         i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
+    # MNN and gemvbw's default sweep back to back in rounds: the MNN bar at the same minutes
+    paired = {t: script_md("paired.py", "--mnn-bin", args.mnn_bin, "--threads", str(t), "--rounds",
+                           str(args.paired_rounds)) for t in counts} if args.mnn_bin and args.paired_rounds else {}
     models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, "--threads", str(top))
               for act in ("auto", "f32")}
     with tempfile.TemporaryDirectory() as d:
@@ -412,6 +419,12 @@ def main() -> int:
         peer = (best_of(mnn_runs[t], "4096x14336"), reads_of_best(mnn_runs[t], "4096x14336")) if t in mnn_runs \
             else (None, None)
         lines += bars(i8[t], peer[0], mnn_reads=peer[1])
+        if t in paired:
+            lines += ["### The MNN bar at the same minutes (`benchmarks/paired.py`)", "",
+                      "The MNN column above sets MNN's better run against gemvbw's better sweep, minutes apart. Here "
+                      "MNN's test and gemvbw's default `gemvbw sweep` (--kernel auto, 3 groups of 200 cold calls, as "
+                      "MNN's test times) ran back to back in rounds at 4096x14336, the order swapped every round; "
+                      "each round's ratio compares the two in the same minute or so:", ""] + paired[t]
         lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
                   "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
                   "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "

@@ -218,3 +218,54 @@ def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeyp
     runs = wall.verified_runs(qm, random_activations(128, 0), np.empty(32, np.float32), "w4 ")
     assert list(runs) == [f"w4 {good.variant}"]
     assert "w4 wrong: FAILED verification" in capsys.readouterr().err
+
+
+@pytest.fixture
+def paired(load_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # its import of run.py
+    return load_script("benchmarks/paired.py", "bench_paired")
+
+
+def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
+    calls = []
+    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0},
+                         {"bits": 4, "best_avg_us": None, "pct_read": None}],  # a row without figures
+             "roofline": {"read_gbps": 40.0}}
+    monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(("gemvbw", args)) or sweep)
+    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape: calls.append(("mnn", (binary, t, shape)))
+                        or ("table", {8: 130.0, 4: 60.0}))
+    first = paired.run_round("bin", 2, "64x128", 0)
+    second = paired.run_round("bin", 2, "64x128", 1)
+    assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
+    assert calls[0][1] == ("bin", 2, "64x128")
+    assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--threads", "2")  # the defaults: auto, 200 x 3
+    assert first.mnn_first and not second.mnn_first
+    assert first._replace(mnn_first=False) == second
+    assert first.gemvbw_us == {8: 100.0} and first.gemvbw_pct_read == {8: 96.0} and first.read_gbps == 40.0
+    assert first.mnn_us == {8: 130.0, 4: 60.0}
+
+
+def test_paired_round_stops_when_mnn_ran_another_shape(paired, monkeypatch):
+    monkeypatch.setattr(paired, "run_mnn", lambda *args: ("table", {}))
+    with pytest.raises(SystemExit, match="MNN printed no figures for 64x128: a build that ignores MNN_GEMVBW_M/K"):
+        paired.run_round("bin", 1, "64x128", 0)
+
+
+def test_paired_bar_is_the_ratio_or_the_wall_and_no_slower(paired):
+    assert paired.meets_bar(1.3, 50.0) and paired.meets_bar(1.0, 95.0)
+    assert not paired.meets_bar(1.29, 94.9) and not paired.meets_bar(0.99, 100.0)
+
+
+def test_paired_table_sets_each_round_side_by_side(paired, run):
+    shape, mib = "4096x14336", 4096 * 14336 * 1.0625 / 1e3  # w8 bytes / 1e3: GB/s from us
+    rounds = [paired.Round({8: 1300.0, 4: 1000.0}, {8: 1000.0}, {8: 90.0}, 40.0, True),
+              paired.Round({8: 1100.0}, {8: 1000.0, 4: 500.0}, {8: 96.0, 4: 99.0}, 50.0, False),
+              paired.Round({8: 1200.0}, {8: 1000.0}, {8: 80.0}, 30.0, True)]
+    lines = paired.table(rounds, shape, 2)
+    assert lines[0] == "#### 4096x14336, 2 thread(s), 3 rounds (read roofline per round: 40.0, 50.0, 30.0 GB/s)"
+    w8 = next(line for line in lines if line.startswith("w8 |")).split(" | ")
+    # 1.30 meets the ratio, 1.10 with gemvbw at 96 % meets the wall clause, 1.20 at 80 % meets neither
+    assert w8[1:5] == ["1.30 1.10 1.20", "1.20", "2 of 3", "90 96 80"]
+    assert w8[5] == " ".join(f"{100 * mib / us / read:.0f}" for us, read in ((1300, 40), (1100, 50), (1200, 30)))
+    assert w8[5] == "120 113 173" and f"{100 * run.mnn_gbps(1300.0, shape, 8) / 40:.0f}" == "120"  # MNN's count
+    assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | -"  # never both in a round

@@ -1,0 +1,130 @@
+"""MNN and gemvbw in the same minutes: the MNN bar of the x86 issue from rounds of the two side by side.
+
+    python benchmarks/paired.py --mnn-bin PATH/run_test.out [--threads 1,2] [--rounds 4] [--shape 4096x14336]
+                                [--md PATH]
+
+run.py sets MNN's better run beside gemvbw's better sweep, each taken minutes from the other; on a host
+whose bandwidth moves 2x within a minute, that ratio is as much the minutes' as the kernels'. Here, per thread
+count, each round runs MNN's `run_test.out speed/GemvBW 0 2 T` and gemvbw's default `gemvbw sweep` (--kernel
+auto, --act auto, 3 groups of 200 cold calls, every kernel verified first: the method of MNN's test) back to back
+on the same shape, the order swapped every round so that a drift within a round favours neither side over two.
+Per width it prints each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar
+(ratio >= 1.3, or gemvbw at >= 95 % of its read roofline and no slower) and each side's share of the read
+roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it).
+Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the
+script with that error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+from typing import NamedTuple
+
+from run import gemvbw, mnn_gbps, run_mnn  # benchmarks/, on sys.path when this script runs
+
+BAR = 1.3  # MNN / gemvbw latency, the x86 issue's bar against MNN
+AT_WALL = 95.0  # ... or gemvbw at this % of its read roofline and no slower than MNN
+
+
+class Round(NamedTuple):
+    """One round at one thread count and shape: per width MNN's and gemvbw's us/iter, gemvbw's %read, and the
+    read roofline (GB/s) of gemvbw's sweep in the round; ``mnn_first``: the order they ran in."""
+    mnn_us: dict[int, float]
+    gemvbw_us: dict[int, float]
+    gemvbw_pct_read: dict[int, float]
+    read_gbps: float
+    mnn_first: bool
+
+
+def mnn_first(index: int) -> bool:
+    """Round 0 runs MNN first, round 1 gemvbw first, and so on."""
+    return index % 2 == 0
+
+
+def meets_bar(ratio: float, gemvbw_pct_read: float) -> bool:
+    return ratio >= BAR or (gemvbw_pct_read >= AT_WALL and ratio >= 1.0)
+
+
+def run_round(mnn_bin: str, threads: int, shape: str, index: int) -> Round:
+    M, K = shape.split("x")
+
+    def ours() -> dict:
+        return gemvbw("sweep", "--M", M, "--K", K, "--threads", str(threads))
+
+    def theirs() -> dict[int, float]:
+        widths = run_mnn(mnn_bin, threads, shape)[1]
+        if not widths:
+            raise SystemExit(f"MNN printed no figures for {shape}: a build that ignores MNN_GEMVBW_M/K runs only "
+                             "4096x14336 (see benchmarks/peers/README.md)")
+        return widths
+
+    first = mnn_first(index)
+    if first:
+        mnn, doc = theirs(), ours()
+    else:
+        doc, mnn = ours(), theirs()
+    rows = {r["bits"]: r for r in doc["results"] if r.get("best_avg_us") is not None}
+    return Round(mnn, {b: r["best_avg_us"] for b, r in rows.items()},
+                 {b: r["pct_read"] for b, r in rows.items()}, doc["roofline"]["read_gbps"], first)
+
+
+def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
+    """The markdown of one thread count's rounds on one shape."""
+    reads = ", ".join(f"{r.read_gbps:.1f}" for r in rounds)
+    lines = [f"#### {shape}, {threads} thread(s), {len(rounds)} rounds (read roofline per round: {reads} GB/s)", "",
+             "width | MNN / gemvbw per round | median | rounds meeting the bar | gemvbw %read per round | "
+             "MNN % of the round's read", "---|---|---:|---:|---|---"]
+    for bits in (8, 4, 3, 2):
+        both = [r for r in rounds if bits in r.mnn_us and bits in r.gemvbw_us]
+        if not both:
+            lines.append(f"w{bits} | - | - | - | - | -")
+            continue
+        ratios = [r.mnn_us[bits] / r.gemvbw_us[bits] for r in both]
+        met = sum(meets_bar(q, r.gemvbw_pct_read[bits]) for q, r in zip(ratios, both))
+        theirs = [100 * mnn_gbps(r.mnn_us[bits], shape, bits) / r.read_gbps for r in both]
+        lines.append(f"w{bits} | {' '.join(f'{q:.2f}' for q in ratios)} | {statistics.median(ratios):.2f} | "
+                     f"{met} of {len(both)} | {' '.join(f'{r.gemvbw_pct_read[bits]:.0f}' for r in both)} | "
+                     f"{' '.join(f'{p:.0f}' for p in theirs)}")
+    return lines + ["", f"A round meets the bar with MNN / gemvbw >= {BAR} or gemvbw at >= {AT_WALL:.0f} % of its read "
+                    "and no slower. Rounds alternate which side runs first (MNN first in the odd-numbered ones).", ""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mnn-bin", required=True, help="a run_test.out binary you built from MNN")
+    ap.add_argument("--threads", help="thread counts, comma list (default: 1 and all CPUs in the affinity mask)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per thread count and shape (default 4)")
+    ap.add_argument("--shape", action="append", help="MxK, repeatable (default 4096x14336)")
+    ap.add_argument("--md", help="also write the tables to this markdown file")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
+    if not os.access(args.mnn_bin, os.X_OK):
+        ap.error(f"--mnn-bin {args.mnn_bin}: not an executable file; build MNN's run_test.out (see "
+                 "benchmarks/peers/README.md)")
+    shapes = args.shape or ["4096x14336"]
+    if not all(re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in shapes):
+        ap.error(f"--shape {' '.join(shapes)}: each an MxK of positive integers, e.g. 4096x14336")
+    if args.threads and not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.threads):
+        ap.error(f"--threads {args.threads}: a comma list of positive integers, e.g. 1,2")
+    cpus = len(os.sched_getaffinity(0))
+    counts = sorted({int(t) for t in args.threads.split(",")}) if args.threads else sorted({1, cpus})
+    lines = []
+    for shape in shapes:
+        for t in counts:
+            rounds = [run_round(args.mnn_bin, t, shape, i) for i in range(args.rounds)]
+            md = table(rounds, shape, t)
+            print("\n".join(md), flush=True)
+            lines += md
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
