@@ -424,7 +424,7 @@ def main() -> int:
                       "The MNN column above sets MNN's better run against gemvbw's better sweep, minutes apart. Here "
                       "MNN's test and gemvbw's default `gemvbw sweep` (--kernel auto, 3 groups of 200 cold calls, as "
                       "MNN's test times) ran back to back in rounds at 4096x14336, the order swapped every round; "
-                      "each round's ratio compares the two in the same minute or so:", ""] + paired[t]
+                      "each round's ratio compares the two in the same minute or so:", ""] + paired[t] + [""]
         lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
                   "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
                   "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "
