@@ -24,10 +24,9 @@ import statistics
 import sys
 from typing import NamedTuple
 
-from run import gemvbw, mnn_gbps, run_mnn  # benchmarks/, on sys.path when this script runs
-
-BAR = 1.3  # MNN / gemvbw latency, the x86 issue's bar against MNN
-AT_WALL = 95.0  # ... or gemvbw at this % of its read roofline and no slower than MNN
+from gemvbw.settings import SettingsError, parse_shape
+from run import AT_WALL, MNN_BAR as BAR, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/, on sys.path
+from run import meets_mnn_bar as meets_bar
 
 
 class Round(NamedTuple):
@@ -43,10 +42,6 @@ class Round(NamedTuple):
 def mnn_first(index: int) -> bool:
     """Round 0 runs MNN first, round 1 gemvbw first, and so on."""
     return index % 2 == 0
-
-
-def meets_bar(ratio: float, gemvbw_pct_read: float) -> bool:
-    return ratio >= BAR or (gemvbw_pct_read >= AT_WALL and ratio >= 1.0)
 
 
 def run_round(mnn_bin: str, threads: int, shape: str, index: int) -> Round:
@@ -106,13 +101,13 @@ def main() -> int:
     if not os.access(args.mnn_bin, os.X_OK):
         ap.error(f"--mnn-bin {args.mnn_bin}: not an executable file; build MNN's run_test.out (see "
                  "benchmarks/peers/README.md)")
-    shapes = args.shape or ["4096x14336"]
-    if not all(re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in shapes):
-        ap.error(f"--shape {' '.join(shapes)}: each an MxK of positive integers, e.g. 4096x14336")
+    try:
+        shapes = ["x".join(map(str, parse_shape(s))) for s in args.shape or ["4096x14336"]]
+    except SettingsError as e:
+        ap.error(str(e))
     if args.threads and not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.threads):
         ap.error(f"--threads {args.threads}: a comma list of positive integers, e.g. 1,2")
-    cpus = len(os.sched_getaffinity(0))
-    counts = sorted({int(t) for t in args.threads.split(",")}) if args.threads else sorted({1, cpus})
+    counts = thread_counts(args.threads)
     lines = []
     for shape in shapes:
         for t in counts:
