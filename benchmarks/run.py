@@ -195,19 +195,31 @@ def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str,
     """gemvbw's best int8 row beside MNN's better latency per width; ``reads``: per width, the reads around
     the MNN run that gave it (see :class:`MnnPass`), so that each side's figure is set against its own minutes."""
     lines = [f"### {shape}", "",
-             "width | gemvbw i8 cold | gemvbw %read (its sweep's) | MNN cold (same run) | MNN % of the reads around "
-             "its run | MNN / gemvbw latency", "---|---|---:|---|---|---:"]
+             "width | gemvbw i8 cold | gemvbw %read (its sweep's) | gemvbw fixed cost (share of its latency) | "
+             "MNN cold (same run) | MNN % of the reads around its run | MNN / gemvbw latency",
+             "---|---|---:|---:|---|---|---:"]
     for bits in (8, 4, 3, 2):
         r = best(i8, shape, bits)
         ours = f"{r['pct_read']:.0f}" if r and r.get("pct_read") is not None else "-"
+        fixed = fixed_cost(r)
         theirs = around = "-"
         if bits in mnn:
             gbps = mnn_gbps(mnn[bits], shape, bits)
             theirs = f"{mnn[bits]:.0f} us, {gbps:.2f} GB/s"
             around = pct_of_read_around(gbps, (reads or {}).get(bits))
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
-        lines.append(f"w{bits} | {cell(r)} | {ours} | {theirs} | {around} | {ratio}")
-    return lines + [""]
+        lines.append(f"w{bits} | {cell(r)} | {ours} | {fixed} | {theirs} | {around} | {ratio}")
+    return lines + ["", "gemvbw's fixed cost: its kernel's latency on a 16-row, two-block matrix after the same flush "
+                    "(what a call costs beyond its bytes when its code, arguments and workspace are out of cache as "
+                    "well as its weights); MNN's method flushes before each call too.", ""]
+
+
+def fixed_cost(r: dict | None) -> str:
+    """A row's fixed cost and its share of the row's latency ("12 us (31%)"; "-" for records without one)."""
+    f = (r or {}).get("fixed_cost")
+    if not f:
+        return "-"
+    return f"{f['median_us']:.0f} us ({100 * f['median_us'] / r['best_avg_us']:.0f}%)"
 
 
 def ggml_side_by_side(i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:

@@ -209,6 +209,52 @@ def measure_call_overhead(threads: int, calls: int = 2000, flusher: CacheFlusher
                         flusher.flush_mib if cold is not None else 0, numba.get_num_threads() == 1)
 
 
+# The matrix a kernel's fixed cost is measured on: one row group of the widest tile (the 16-row column tiles)
+# by one block pair (the packed-4x2 layouts' smallest K without leftover blocks), so that the call runs the
+# kernel's main loop, not only its leftovers.
+FIXED_COST_ROWS = 16
+FIXED_COST_BLOCKS = 2
+FIXED_COST_CALLS = 30  # (the median of any count this size is steady enough for a figure that is a few us)
+
+
+@dataclass(frozen=True)
+class FixedCost:
+    """What a call of one kernel costs beyond its bytes: the median latency of the same kernel (same machine
+    code, same kinds of arguments) on an ``M`` x ``K`` matrix, each call after the run's flush (warm when
+    ``flush_mib`` is 0).
+
+    An empty call (:class:`CallOverhead`) is the floor of every call; a kernel pays more after a flush,
+    because its own machine code, its arguments' Python objects and its workspace come back from DRAM as its
+    weights do. Measured on Zen 5 (1 thread, 64 MiB flush): an empty call 2.0 us, the int8 kernels on 16x128
+    12-14 us, a 1024x1024 w8 call 41 us of which a plain read of the same bytes is 29 us. In decode the same
+    kernel runs layer after layer and its code stays cached, so this is a cost of the cold method.
+    """
+
+    median_us: float
+    M: int
+    K: int
+    flush_mib: int
+
+    @property
+    def shape(self) -> str:
+        return f"{self.M}x{self.K}"
+
+    def to_dict(self) -> dict:
+        return {"median_us": self.median_us, "M": self.M, "K": self.K, "flush_mib": self.flush_mib}
+
+
+def fixed_cost_shape(block: int) -> tuple[int, int]:
+    """(M, K) of the matrix a kernel's fixed cost is measured on, for a block size."""
+    return FIXED_COST_ROWS, FIXED_COST_BLOCKS * block
+
+
+def measure_fixed_cost(call: Callable[[], None], M: int, K: int, flusher: CacheFlusher,
+                       calls: int = FIXED_COST_CALLS) -> FixedCost:
+    """:class:`FixedCost` of ``call``, a kernel bound to an ``M`` x ``K`` matrix: the median of ``calls`` calls,
+    each after ``flusher``'s flush."""
+    return FixedCost(time_groups(call, calls, 1, flusher).median_us, M, K, flusher.flush_mib)
+
+
 def timer_resolution_ns(samples: int = 1000) -> float:  # (any number of samples large enough would do)
     """The smallest non-zero step perf_counter_ns shows (the documented resolution is often 1 ns)."""
     clock = time.perf_counter_ns

@@ -11,13 +11,15 @@ import sys
 from dataclasses import dataclass, field
 
 from gemvbw import __version__, metrics
-from gemvbw.harness import CallOverhead, Measurement
+from gemvbw.harness import CallOverhead, FixedCost, Measurement
 from gemvbw.roofline import Roofline, gbps_by_streams_json
 
 SCHEMA = "gemvbw.sweep/1"
 
-# A row is read as mostly call overhead when its latency is below this many empty calls.
+# A row is read as mostly call overhead when its latency is below this many empty calls (where the kernel's own
+# fixed cost was not measured), or when the kernel's fixed cost is at least this share of it.
 OVERHEAD_FACTOR = 20
+FIXED_COST_SHARE = 0.10
 # A figure this far above the read roofline is not a DRAM figure.
 ABOVE_READ_FACTOR = 1.10
 # Noise thresholds (pyperf-style checks): coefficient of variation over all calls,
@@ -58,6 +60,7 @@ class KernelResult:
     samples: tuple = ()  # gemvbw.sampling.Sample before the first group and after each group
     act_quant_err: float | None = None  # --act i8: error of quantizing x alone (same measure as max_rel_err)
     contention: dict | None = None  # preemptions and steal during the timing (gemvbw.contention)
+    fixed_cost: FixedCost | None = None  # the same kernel on a tiny matrix after the same flush
 
     verified = True  # a result exists only for a kernel that passed verification
 
@@ -98,6 +101,10 @@ class KernelResult:
         return None if self.warm is None else metrics.eff_gbps(self.logical_bytes, self.warm.best_avg_us / 1e6)
 
     @property
+    def fixed_cost_us(self) -> float | None:
+        return None if self.fixed_cost is None else self.fixed_cost.median_us
+
+    @property
     def w_mib(self) -> float:
         return self.logical_bytes / (1 << 20)
 
@@ -122,6 +129,7 @@ class KernelResult:
             "bytes_per_elem": self.bytes_per_elem, "eff_gbps": self.eff_gbps, "pct_peak": self.pct_peak,
             "pct_read": self.pct_read, "gflops": self.gflops, "ai": self.ai,
             "verified": True, "max_rel_err": self.max_rel_err, "act_quant_err": self.act_quant_err,
+            "fixed_cost": None if self.fixed_cost is None else self.fixed_cost.to_dict(),
             "notes": [n.to_dict() for n in self.notes],
             "samples": [s.to_dict() for s in self.samples],
             "warm": None if self.warm is None else {
@@ -154,9 +162,37 @@ class KernelFailure:
                 "max_rel_err": self.max_rel_err, "tolerance": self.tolerance, "error": self.message}
 
 
+def overhead_note(best_avg_us: float, overhead: CallOverhead, fixed_cost: FixedCost | None) -> Note | None:
+    """The call-overhead note of a row, or None: from the kernel's own fixed cost where it was measured (its
+    share of the row), else from the run's empty call (the row under OVERHEAD_FACTOR of them)."""
+    advice = "read it as a latency, not a bandwidth; measure the model's real shapes (larger M or K)"
+    if fixed_cost is not None:
+        share = fixed_cost.median_us / best_avg_us
+        if share < FIXED_COST_SHARE:
+            return None
+        when = f"after the same {fixed_cost.flush_mib} MiB flush" if fixed_cost.flush_mib else "with no flush"
+        return Note(
+            "call-overhead",
+            f"{fixed_cost.median_us:.1f} us of its {best_avg_us:.1f} us ({100 * share:.0f}%; threshold "
+            f"{100 * FIXED_COST_SHARE:.0f}%) is the kernel's fixed cost (fixed us: its latency on a {fixed_cost.shape} "
+            f"matrix {when}): this row measures call overhead as well as bandwidth",
+            advice,
+        )
+    if best_avg_us >= OVERHEAD_FACTOR * overhead.row_cost_us:
+        return None
+    when = "warm" if overhead.cold_median_us is None else f"after a {overhead.flush_mib} MiB flush"
+    return Note(
+        "call-overhead",
+        f"latency {best_avg_us:.1f} us is under {OVERHEAD_FACTOR}x the fixed cost of {overhead.call_name} "
+        f"({overhead.row_cost_us:.1f} us {when}): this row measures call overhead as much as bandwidth",
+        advice,
+    )
+
+
 def result_notes(
     measurement: Measurement, eff_gbps: float, overhead: CallOverhead, roofline: Roofline,
     resident_bytes: int, llc_bytes: int | None, flush_mib: int, measurement_has_warm: bool = False,
+    fixed_cost: FixedCost | None = None,
 ) -> tuple[Note, ...]:
     """The warnings a single row deserves, each with what to do about it."""
     notes = []
@@ -178,14 +214,9 @@ def result_notes(
             f"group means differ by {100 * measurement.group_spread:.0f}% (threshold {100 * GROUP_SPREAD:.0f}%){extra}",
             "rerun, or let gemvbw add groups until they agree: --max-seconds 30",
         ))
-    if best_avg_us < OVERHEAD_FACTOR * overhead.row_cost_us:
-        when = "warm" if overhead.cold_median_us is None else f"after a {overhead.flush_mib} MiB flush"
-        notes.append(Note(
-            "call-overhead",
-            f"latency {best_avg_us:.1f} us is under {OVERHEAD_FACTOR}x the fixed cost of {overhead.call_name} "
-            f"({overhead.row_cost_us:.1f} us {when}): this row measures call overhead as much as bandwidth",
-            "read it as a latency, not a bandwidth; measure the model's real shapes (larger M or K)",
-        ))
+    note = overhead_note(best_avg_us, overhead, fixed_cost)
+    if note is not None:
+        notes.append(note)
     if eff_gbps > ABOVE_READ_FACTOR * roofline.read.gbps:
         cause = ("the weights fit in the last-level cache and stayed there" if llc_bytes and resident_bytes <= llc_bytes
                  else "cache residency, timer trouble, or a kernel that skips work")

@@ -14,13 +14,25 @@ import numpy as np
 
 from gemvbw import calibrate, contention, kernels, system
 from gemvbw.compare import compare
-from gemvbw.harness import CacheFlusher, Group, measure_call_overhead, time_groups
+from gemvbw.harness import (CacheFlusher, FixedCost, Group, fixed_cost_shape, measure_call_overhead,
+                            measure_fixed_cost, time_groups)
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
 from gemvbw.sampling import Sampler, frequency_findings
 from gemvbw.roofline import measure_roofline
 from gemvbw.settings import Settings, SettingsError, check_act
 from gemvbw.verify import activation_error, reference_gemv, verify
+
+
+def fixed_cost(spec: kernels.KernelSpec, qm, flusher: CacheFlusher) -> FixedCost:
+    """The kernel's fixed cost (see :class:`gemvbw.harness.FixedCost`): the same variant bound to a tiny matrix
+    of qm's width, block and metadata, timed after the run's flush. Its y is not checked: the kernel was
+    verified on the run's shape, and a tiny call's figure is a latency, not a bandwidth."""
+    M, K = fixed_cost_shape(qm.block)
+    tiny = random_quantized(M, K, qm.bits, block=qm.block, meta_bytes=qm.meta_bytes, seed=0)
+    x, y = random_activations(K, 0), np.empty(M, np.float32)
+    run = spec.bind(tiny)
+    return measure_fixed_cost(lambda: run(x, y), M, K, flusher)
 
 
 class Reporter(Protocol):
@@ -193,14 +205,15 @@ class Sweep:
         if s.compare_warm:
             warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
                                on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
+        fixed = fixed_cost(spec, qm, flusher)
         result = KernelResult(
             qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, numba.get_num_threads(), spec.act, spec.variant, measurement,
             qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm, act_quant_err=act_err,
-            contention=held,
+            contention=held, fixed_cost=fixed,
         )
         resident = qm.nbytes + x.nbytes + y.nbytes
         notes = result_notes(measurement, result.eff_gbps, rec.overhead, rec.roofline, resident, llc, s.flush_mib,
-                             measurement_has_warm=warm is not None)
+                             measurement_has_warm=warm is not None, fixed_cost=fixed)
         notes += tuple(Note(code, message, "let the device cool, set the performance governor where you may, "
                             "and compare with gemvbw soak")
                        for code, message in frequency_findings(samples, self.sampler.max_mhz))

@@ -35,13 +35,18 @@ def test_mnn_side_by_side_counts_mnn_bytes(run):
     lines = run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024")
     row = next(line for line in lines if line.startswith("w4 |"))
     # MNN's bytes: 1024*1024/2 codes + 1024 rows * 16 blocks * 2 values * 2 bytes = 589824
-    assert row.split(" | ")[2:] == ["61", f"213 us, {589824 / 213.0 / 1e3:.2f} GB/s", "-", "1.58"]
-    assert next(line for line in lines if line.startswith("w8 |")) == "w8 | - | - | - | - | -"
+    assert row.split(" | ")[2:] == ["61", "-", f"213 us, {589824 / 213.0 / 1e3:.2f} GB/s", "-", "1.58"]
+    assert next(line for line in lines if line.startswith("w8 |")) == "w8 | - | - | - | - | - | -"
+    # a row with its kernel's fixed cost: the figure and its share of the row's latency
+    i8["results"][0]["fixed_cost"] = {"median_us": 13.4, "M": 16, "K": 128, "flush_mib": 64}
+    row = next(line for line in run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024") if line.startswith("w4 |"))
+    assert row.split(" | ")[3] == "13 us (10%)"
+    del i8["results"][0]["fixed_cost"]
     # with the reads taken around MNN's run: its GB/s against the faster and the slower of the two
     row = next(line for line in run.mnn_side_by_side(i8, {4: 213.0}, "1024x1024", {4: (2.5, 4.0)})
                if line.startswith("w4 |"))
     assert (f"{100 * 589824 / 213.0 / 1e3 / 4.0:.0f}", f"{100 * 589824 / 213.0 / 1e3 / 2.5:.0f}") == ("69", "111")
-    assert row.split(" | ")[4] == "69-111 (reads 2.5 / 4.0 GB/s)"
+    assert row.split(" | ")[5] == "69-111 (reads 2.5 / 4.0 GB/s)"
     assert run.share_of_reads(30.0, (40.0, 40.0)) == "75"  # one figure when the two reads agree
 
 

@@ -403,6 +403,55 @@ def test_call_overhead_note_compares_a_cold_row_with_the_cold_call():
     assert note.message.startswith("latency 9.0 us is under 20x the fixed cost of an empty serial call (0.5 us warm)")
 
 
+def test_call_overhead_note_from_the_kernels_fixed_cost_at_its_threshold():
+    from gemvbw.harness import FixedCost
+
+    empty = CallOverhead(2.0, 1.5, 40.0, cold_median_us=30.0, flush_mib=64, serial=False)
+
+    def found(us, fixed):
+        m = Measurement((Group((int(us * 1000),) * 10),))
+        return [n for n in result_notes(m, 5.0, empty, RF, 1 << 40, 32 << 20, 64, fixed_cost=fixed)
+                if n.code == "call-overhead"]
+
+    cold = FixedCost(12.0, 16, 128, 64)
+    (note,) = found(120.0, cold)  # exactly 10%; the empty call's rule (under 20 x 30 us) is not the one applied
+    assert note.message == ("12.0 us of its 120.0 us (10%; threshold 10%) is the kernel's fixed cost (fixed us: its "
+                            "latency on a 16x128 matrix after the same 64 MiB flush): this row measures call "
+                            "overhead as well as bandwidth")
+    assert found(120.1, cold) == []
+    (warm,) = found(10.0, FixedCost(1.0, 16, 256, 0))
+    assert "on a 16x256 matrix with no flush" in warm.message
+
+
+def test_fixed_cost_is_the_median_of_calls_each_after_the_flush(monkeypatch):
+    from gemvbw import harness
+
+    events = []
+
+    class Flusher:
+        flush_mib = 8
+
+        def flush(self):
+            events.append("flush")
+
+    reads = iter([0, 5000, 10_000, 19_000, 20_000, 23_000])  # calls of 5, 9 and 3 us
+
+    def clock():
+        events.append("t")
+        return next(reads)
+
+    monkeypatch.setattr(harness.time, "perf_counter_ns", clock)
+    # time_groups took its clock as a default argument when defined: hand it the fake one
+    real = harness.time_groups
+    monkeypatch.setattr(harness, "time_groups", lambda *a, **k: real(*a, clock=clock, **k))
+    calls = []
+    got = harness.measure_fixed_cost(lambda: calls.append(1), 16, 128, Flusher(), calls=3)
+    assert (got.median_us, got.M, got.K, got.flush_mib, got.shape) == (5.0, 16, 128, 8, "16x128")
+    assert events == ["flush", "t", "t"] * 3 and len(calls) == 4  # one warm-up call, then three timed
+    assert got.to_dict() == {"median_us": 5.0, "M": 16, "K": 128, "flush_mib": 8}
+    assert harness.fixed_cost_shape(32) == (16, 64)
+
+
 def test_time_groups_stops_as_soon_as_the_groups_agree():
     clock = FakeClock([1000, 1000, 1000, 1000], seconds_per_group=1.0)
     m = time_groups(lambda: None, 1, 3, CacheFlusher(0), max_seconds=30, clock=clock.ns, monotonic=clock.mono)

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from gemvbw import metrics, models
 from gemvbw.compare import compare
-from gemvbw.harness import CallOverhead, Group, Measurement
+from gemvbw.harness import CallOverhead, FixedCost, Group, Measurement
 from gemvbw.report import model_view
 from gemvbw.report.csv_out import csv_text
 from gemvbw.report.json_out import json_text
@@ -55,15 +55,17 @@ def measurement(*groups_us: tuple[float, ...]) -> Measurement:
     return Measurement(tuple(Group(tuple(round(us * 1000) for us in g)) for g in groups_us))
 
 
-def result(bits: int, groups_us, variant: str, shape=(M, K), act="i8", warm=None, notes_for=True) -> KernelResult:
+def result(bits: int, groups_us, variant: str, shape=(M, K), act="i8", warm=None, notes_for=True,
+           fixed_us=None, flush_mib=64) -> KernelResult:
     m, k = shape
+    fixed = None if fixed_us is None else FixedCost(fixed_us, 16, 128, flush_mib)
     logical = metrics.logical_bytes(m, k, bits, 64, 2)
     meas = measurement(*groups_us)
     warm_meas = None if warm is None else measurement(*warm)
     notes = () if not notes_for else result_notes(meas, metrics.eff_gbps(logical, meas.best_avg_us / 1e6), OVERHEAD,
-                                                  ROOFLINE, logical, 32 << 20, 64, warm_meas is not None)
+                                                  ROOFLINE, logical, 32 << 20, 64, warm_meas is not None, fixed)
     return KernelResult(bits, m, k, 64, 2, 2, act, variant, meas, logical, logical + 4096, 2.4e-7, ROOFLINE,
-                        notes=notes, warm=warm_meas, act_quant_err=3.1e-3 if act == "i8" else None)
+                        notes=notes, warm=warm_meas, act_quant_err=3.1e-3 if act == "i8" else None, fixed_cost=fixed)
 
 
 def single_record() -> SweepRecord:
@@ -77,7 +79,7 @@ def single_record() -> SweepRecord:
                                 "timings_us": {"packed-4x2-avx512vnni": 1851.0, "packed-4x2-avx2": 1990.5}}}
     rec.results = [
         result(8, [(1850, 1870, 1860, 1880), (1840, 1845, 1850, 1845), (1900, 1910, 1890, 1905)],
-               "packed-4x2-avx512vnni"),
+               "packed-4x2-avx512vnni", fixed_us=21.0),
         result(4, [(1100, 1500, 900, 1300), (1000, 1020, 1010, 1030), (1400, 1250, 1300, 1000)],
                "packed-4x2-avx512vnni", warm=[(780, 790, 800, 785), (770, 775, 772, 778)]),
     ]
@@ -97,7 +99,7 @@ def multi_record() -> SweepRecord:
     rec.act_choice = {"w4": [{"act": "i8", "why": "int8 activations: avx512vnni kernels exist for this CPU and block"},
                              {"act": "f32", "why": "--kernel all: the f32 variants too"}]}
     rec.results = [
-        result(4, [(3.0, 3.2, 3.1, 3.3)], "packed-4x2-avx512vnni", shape=(64, 40)),
+        result(4, [(3.0, 3.2, 3.1, 3.3)], "packed-4x2-avx512vnni", shape=(64, 40), fixed_us=1.2, flush_mib=0),
         result(4, [(4.1, 4.0, 4.2, 4.3)], "rows4", shape=(64, 40), act="f32"),
         result(4, [(95.0, 96.0, 94.0, 97.0)], "packed-4x2-avx512vnni", shape=(4096, 1024), notes_for=False),
     ]

@@ -12,7 +12,8 @@ COLUMNS = [
     "type", "variant", "bits", "M", "K", "block", "threads", "act", "meta_bytes",
     "best_avg_us", "overall_mean_us", "overall_sd_us", "median_us", "cv",
     "logical_bytes", "stored_bytes", "bytes_per_elem", "eff_gbps", "pct_peak", "pct_read",
-    "gflops", "ai", "memcpy_gbps", "read_gbps", "verified", "max_rel_err", "act_quant_err", "notes", "error",
+    "gflops", "ai", "memcpy_gbps", "read_gbps", "verified", "max_rel_err", "act_quant_err", "fixed_cost_us", "notes",
+    "error",
 ]
 
 
@@ -26,6 +27,7 @@ def csv_text(record: SweepRecord) -> str:
         # DictWriter leaves a column it is not given empty (error, here), and writes None as empty
         row = {k: d[k] for k in COLUMNS if k in d}
         row.update(type=r.type, memcpy_gbps=rf.memcpy.gbps, read_gbps=rf.read.gbps, verified="true",
+                   fixed_cost_us=r.fixed_cost_us,
                    notes=";".join(n.code for n in r.notes))
         w.writerow(row)
     for f in record.failures:

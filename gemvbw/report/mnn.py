@@ -6,7 +6,7 @@ from typing import TextIO
 
 from gemvbw.report.text import (
     COMPARE_HEADER, EXPLANATIONS, META_NAMES, WARM_HEADER, comparison_rows, header_lines, label, markdown_table,
-    note_lines, overhead_line, warm_rows,
+    fmt_opt, note_lines, overhead_line, warm_rows,
 )
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
 from gemvbw.roofline import read_ways
@@ -34,8 +34,9 @@ def mnn_text(record: SweepRecord) -> str:
 
 GEMV_HEADER = "type | thr | us/iter | W MiB | bytes/elem | eff GB/s | %peak | GFLOPS | AI (op/B)"
 GEMV_RULE = "-----|----:|--------:|------:|-----------:|---------:|------:|-------:|---------:"
-STATS_HEADER = "type | variant | best avg us | mean us | sd us | median us | group means us (sd) | cv % | %read | max rel err"
-STATS_RULE = "-----|---------|------------:|--------:|------:|----------:|--------------------|-----:|------:|-----------:"
+STATS_HEADER = ("type | variant | best avg us | mean us | sd us | median us | group means us (sd) | cv % | %read | "
+                "fixed us | max rel err")
+STATS_RULE = "-----|---------|------------:|--------:|------:|----------:|--------------------|-----:|------:|---------:|-----------:"
 
 
 class MnnReporter:
@@ -126,7 +127,8 @@ class MnnReporter:
                 groups = ", ".join(f"{g.mean_us:.1f} ({g.sd_us:.1f})" for g in m.groups)
                 self._print(f"{self._shape(record, r)}{label(r, record)} | {r.variant} | {r.best_avg_us:.1f} | {m.overall_mean_us:.1f} | "
                             f"{m.overall_sd_us:.1f} | {m.median_us:.1f} | {groups} | {100 * m.cv:.1f} | "
-                            f"{r.pct_read:.1f} | {r.max_rel_err:.1e}"
+                            f"{r.pct_read:.1f} | {fmt_opt(r.fixed_cost_us, '.1f')} | "
+                            f"{r.max_rel_err:.1e}"
                             + ("" if r.act_quant_err is None else f" (act err {r.act_quant_err:.1e})"))
         warm = warm_rows(record)
         if warm:

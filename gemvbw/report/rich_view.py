@@ -10,8 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gemvbw.report.text import (
-    COMPARE_HEADER, EXPLANATIONS, META_NAMES, WARM_HEADER, comparison_rows, header_lines, label, note_lines,
-    overhead_line, warm_rows,
+    COMPARE_HEADER, EXPLANATIONS, META_NAMES, WARM_HEADER, comparison_rows, fmt_opt, header_lines, label,
+    note_lines, overhead_line, warm_rows,
 )
 from gemvbw.results import KernelFailure, KernelResult, SweepRecord
 from gemvbw.roofline import read_ways
@@ -126,14 +126,14 @@ class RichReporter:
         table = Table(title="Statistics (us; groups: mean ± sample SD)", title_justify="left",
                       box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
                       pad_edge=False)
-        for col in ("type", "variant", "best", "mean", "sd", "median", "cv %", "rel err", "groups"):
+        for col in ("type", "variant", "best", "mean", "sd", "median", "cv %", "fixed", "rel err", "groups"):
             table.add_column(col, justify="left" if col in ("type", "variant", "groups") else "right")
         for r in record.results:
             m = r.measurement
             groups = ", ".join(f"{g.mean_us:.0f}±{g.sd_us:.0f}" for g in m.groups)
             table.add_row(label(r, record), r.variant, f"{r.best_avg_us:.1f}", f"{m.overall_mean_us:.1f}",
                           f"{m.overall_sd_us:.1f}", f"{m.median_us:.1f}", f"{100 * m.cv:.1f}",
-                          f"{r.max_rel_err:.1e}", groups)
+                          fmt_opt(r.fixed_cost_us, ".1f"), f"{r.max_rel_err:.1e}", groups)
         return table
 
     @staticmethod
