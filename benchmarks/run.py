@@ -195,7 +195,7 @@ def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str,
     """gemvbw's best int8 row beside MNN's better latency per width; ``reads``: per width, the reads around
     the MNN run that gave it (see :class:`MnnPass`), so that each side's figure is set against its own minutes."""
     lines = [f"### {shape}", "",
-             "width | gemvbw i8 cold | gemvbw %read (its sweep's) | gemvbw fixed cost (share of its latency) | "
+             "width | gemvbw i8 cold | gemvbw %read (its sweep's) | gemvbw fixed cost (vs its latency) | "
              "MNN cold (same run) | MNN % of the reads around its run | MNN / gemvbw latency",
              "---|---|---:|---:|---|---|---:"]
     for bits in (8, 4, 3, 2):
@@ -210,12 +210,15 @@ def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str,
         ratio = f"{mnn[bits] / r['best_avg_us']:.2f}" if r and bits in mnn else "-"
         lines.append(f"w{bits} | {cell(r)} | {ours} | {fixed} | {theirs} | {around} | {ratio}")
     return lines + ["", "gemvbw's fixed cost: its kernel's latency on a 16-row, two-block matrix after the same flush "
-                    "(what a call costs beyond its bytes when its code, arguments and workspace are out of cache as "
-                    "well as its weights); MNN's method flushes before each call too.", ""]
+                    "(a call that moves almost no bytes, with its code, arguments and workspace out of cache as well "
+                    "as its weights; MNN's method flushes before each call too). With 2 threads the second thread's "
+                    "wake-up overlaps the first's reads, so it can come near a whole row's latency: a figure to "
+                    "compare with, not a part to subtract.", ""]
 
 
 def fixed_cost(r: dict | None) -> str:
-    """A row's fixed cost and its share of the row's latency ("12 us (31%)"; "-" for records without one)."""
+    """A row's fixed cost and what it is as a share of the row's latency ("12 us (31%)"; "-" for records
+    without one)."""
     f = (r or {}).get("fixed_cost")
     if not f:
         return "-"

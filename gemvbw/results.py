@@ -173,9 +173,9 @@ def overhead_note(best_avg_us: float, overhead: CallOverhead, fixed_cost: FixedC
         when = f"after the same {fixed_cost.flush_mib} MiB flush" if fixed_cost.flush_mib else "with no flush"
         return Note(
             "call-overhead",
-            f"{fixed_cost.median_us:.1f} us of its {best_avg_us:.1f} us ({100 * share:.0f}%; threshold "
-            f"{100 * FIXED_COST_SHARE:.0f}%) is the kernel's fixed cost (fixed us: its latency on a {fixed_cost.shape} "
-            f"matrix {when}): this row measures call overhead as well as bandwidth",
+            f"the same kernel on a {fixed_cost.shape} matrix {when} takes {fixed_cost.median_us:.1f} us (fixed us), "
+            f"{100 * share:.0f}% of this row's {best_avg_us:.1f} us (threshold {100 * FIXED_COST_SHARE:.0f}%): this "
+            "row measures call overhead as well as bandwidth",
             advice,
         )
     if best_avg_us >= OVERHEAD_FACTOR * overhead.row_cost_us:

@@ -415,9 +415,9 @@ def test_call_overhead_note_from_the_kernels_fixed_cost_at_its_threshold():
 
     cold = FixedCost(12.0, 16, 128, 64)
     (note,) = found(120.0, cold)  # exactly 10%; the empty call's rule (under 20 x 30 us) is not the one applied
-    assert note.message == ("12.0 us of its 120.0 us (10%; threshold 10%) is the kernel's fixed cost (fixed us: its "
-                            "latency on a 16x128 matrix after the same 64 MiB flush): this row measures call "
-                            "overhead as well as bandwidth")
+    assert note.message == ("the same kernel on a 16x128 matrix after the same 64 MiB flush takes 12.0 us (fixed us), "
+                            "10% of this row's 120.0 us (threshold 10%): this row measures call overhead as well as "
+                            "bandwidth")
     assert found(120.1, cold) == []
     (warm,) = found(10.0, FixedCost(1.0, 16, 256, 0))
     assert "on a 16x256 matrix with no flush" in warm.message

@@ -17,9 +17,10 @@ EXPLANATIONS = [
     "Every kernel was checked against a float64 numpy reference before timing; rows without figures failed. "
     "With int8 activations the reference uses the same int8-quantized x, and what quantizing x itself "
     "costs is shown apart (act err).",
-    "fixed us: the same kernel's median latency on a 16-row, two-block matrix after the same flush: what a call "
-    "costs beyond its bytes once its code, arguments and workspace are out of cache as well as its weights "
-    "(an empty call pays less; in decode the kernel's code stays cached).",
+    "fixed us: the same kernel's median latency on a 16-row, two-block matrix after the same flush, what a call "
+    "costs that moves almost no bytes once its code, arguments and workspace are out of cache as well as its "
+    "weights (an empty call pays less; in decode the kernel's code stays cached). With threads, their wake-up "
+    "overlaps the first thread's reads: a figure to compare a row with, not a part of it to subtract.",
 ]
 
 
