@@ -14,8 +14,8 @@ import numpy as np
 
 from gemvbw import calibrate, contention, kernels, system
 from gemvbw.compare import compare
-from gemvbw.harness import (CacheFlusher, FixedCost, Group, fixed_cost_shape, measure_call_overhead,
-                            measure_fixed_cost, time_groups)
+from gemvbw.harness import (FIXED_COST_CALLS, CacheFlusher, FixedCost, Group, fixed_cost_shape,
+                            measure_call_overhead, measure_fixed_cost, time_groups)
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
 from gemvbw.sampling import Sampler, frequency_findings
@@ -24,15 +24,15 @@ from gemvbw.settings import Settings, SettingsError, check_act
 from gemvbw.verify import activation_error, reference_gemv, verify
 
 
-def fixed_cost(spec: kernels.KernelSpec, qm, flusher: CacheFlusher) -> FixedCost:
+def fixed_cost(spec: kernels.KernelSpec, qm, flusher: CacheFlusher, calls: int) -> FixedCost:
     """The kernel's fixed cost (see :class:`gemvbw.harness.FixedCost`): the same variant bound to a tiny matrix
-    of qm's width, block and metadata, timed after the run's flush. Its y is not checked: the kernel was
-    verified on the run's shape, and a tiny call's figure is a latency, not a bandwidth."""
+    of qm's width, block and metadata, timed after the run's flush, ``calls`` times. Its y is not checked: the
+    kernel was verified on the run's shape, and a tiny call's figure is a latency, not a bandwidth."""
     M, K = fixed_cost_shape(qm.block)
     tiny = random_quantized(M, K, qm.bits, block=qm.block, meta_bytes=qm.meta_bytes, seed=0)
     x, y = random_activations(K, 0), np.empty(M, np.float32)
     run = spec.bind(tiny)
-    return measure_fixed_cost(lambda: run(x, y), M, K, flusher)
+    return measure_fixed_cost(lambda: run(x, y), M, K, flusher, calls)
 
 
 class Reporter(Protocol):
@@ -205,7 +205,8 @@ class Sweep:
         if s.compare_warm:
             warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
                                on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
-        fixed = fixed_cost(spec, qm, flusher)
+        # as many calls as the row had, up to FIXED_COST_CALLS: a quick run (--iters 2) stays quick
+        fixed = fixed_cost(spec, qm, flusher, min(FIXED_COST_CALLS, s.iters * s.reps))
         result = KernelResult(
             qm.bits, qm.M, qm.K, qm.block, qm.meta_bytes, numba.get_num_threads(), spec.act, spec.variant, measurement,
             qm.logical_bytes, qm.nbytes, check.max_rel_err, rec.roofline, warm=warm, act_quant_err=act_err,

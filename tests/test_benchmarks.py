@@ -274,3 +274,48 @@ def test_paired_table_sets_each_round_side_by_side(paired, run):
     assert w8[5] == " ".join(f"{100 * mib / us / read:.0f}" for us, read in ((1300, 40), (1100, 50), (1200, 30)))
     assert w8[5] == "120 113 173" and f"{100 * run.mnn_gbps(1300.0, shape, 8) / 40:.0f}" == "120"  # MNN's count
     assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | -"  # never both in a round
+
+
+@pytest.fixture
+def call_cost(load_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for its `from wall import`
+    return load_script("benchmarks/call_cost.py", "bench_call_cost")
+
+
+def test_call_cost_refuses_what_it_cannot_measure_naming_the_flag(call_cost, capsys):
+    for argv, flag in ((["--variants", "packed-nothing"], "--variants"), (["--shape", "10x"], "--shape"),
+                       (["--rounds", "0"], "--rounds"), (["--threads", "999"], "--threads")):
+        with pytest.raises(SystemExit) as e:
+            call_cost.main(argv)
+        assert e.value.code == 2
+        assert flag in capsys.readouterr().err
+
+
+def test_call_cost_warms_the_code_after_the_flush_not_before(call_cost):
+    events = []
+
+    class Flusher:
+        flush_mib = 8
+
+        def flush(self):
+            events.append("flush")
+
+    f = call_cost.FlushThenCall(Flusher(), lambda: events.append("tiny"))
+    f.flush()
+    assert (events, f.flush_mib) == (["flush", "tiny"], 8)
+
+
+def test_call_cost_measures_every_way_of_every_verified_variant(call_cost):
+    import numba
+
+    from gemvbw import kernels
+
+    variants = [s.variant for s in kernels.variants(8, "i8")][:2]
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        per_variant, read, nbytes = call_cost.measure(32, 128, 8, 1, variants, rounds=1, flush_mib=1, calls=2)
+    finally:
+        numba.set_num_threads(old)
+    assert list(per_variant) == variants and nbytes == 32 * 128 + 32 * 2 * 2 * 2
+    assert all(set(m) == set(call_cost.WAYS) and min(m.values()) > 0 for m in per_variant.values()) and read > 0
