@@ -31,8 +31,9 @@ import numba
 import numpy as np
 
 from gemvbw import kernels, system
-from gemvbw.harness import CacheFlusher, fixed_cost_shape, time_groups
+from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
+from gemvbw.runner import fixed_cost_call
 from gemvbw.settings import SettingsError, parse_shape
 from wall import read_runs, verified_runs  # benchmarks/, on sys.path when this script runs
 
@@ -50,15 +51,8 @@ class FlushThenCall:
 
 def tiny_runs(bits: int, block: int, wanted: set[str]) -> dict:
     """{variant: a call of it bound to the fixed cost's tiny matrix} for the int8 variants of this CPU in ``wanted``."""
-    M, K = fixed_cost_shape(block)
-    qm = random_quantized(M, K, bits, block=block, seed=0)
-    x, y = random_activations(K, 0), np.empty(M, np.float32)
-    runs = {}
-    for spec in kernels.variants(bits, "i8"):
-        if spec.variant in wanted:
-            run = spec.bind(qm)
-            runs[spec.variant] = lambda run=run: run(x, y)
-    return runs
+    return {spec.variant: fixed_cost_call(spec, bits, block, 2)[0]
+            for spec in kernels.variants(bits, "i8") if spec.variant in wanted}
 
 
 WAYS = ("cold", "code warm", "warm", "fixed")

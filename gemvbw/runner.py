@@ -24,15 +24,23 @@ from gemvbw.settings import Settings, SettingsError, check_act
 from gemvbw.verify import activation_error, reference_gemv, verify
 
 
+def fixed_cost_call(spec: kernels.KernelSpec, bits: int, block: int,
+                    meta_bytes: int) -> tuple[Callable[[], None], int, int]:
+    """A call of ``spec`` bound to the tiny matrix its fixed cost is measured on (of this width, block and metadata;
+    :func:`gemvbw.harness.fixed_cost_shape`), and that matrix's M and K."""
+    M, K = fixed_cost_shape(block)
+    tiny = random_quantized(M, K, bits, block=block, meta_bytes=meta_bytes, seed=0)
+    x, y = random_activations(K, 0), np.empty(M, np.float32)
+    run = spec.bind(tiny)
+    return (lambda: run(x, y)), M, K
+
+
 def fixed_cost(spec: kernels.KernelSpec, qm, flusher: CacheFlusher, calls: int) -> FixedCost:
     """The kernel's fixed cost (see :class:`gemvbw.harness.FixedCost`): the same variant bound to a tiny matrix
     of qm's width, block and metadata, timed after the run's flush, ``calls`` times. Its y is not checked: the
     kernel was verified on the run's shape, and a tiny call's figure is a latency, not a bandwidth."""
-    M, K = fixed_cost_shape(qm.block)
-    tiny = random_quantized(M, K, qm.bits, block=qm.block, meta_bytes=qm.meta_bytes, seed=0)
-    x, y = random_activations(K, 0), np.empty(M, np.float32)
-    run = spec.bind(tiny)
-    return measure_fixed_cost(lambda: run(x, y), M, K, flusher, calls)
+    call, M, K = fixed_cost_call(spec, qm.bits, qm.block, qm.meta_bytes)
+    return measure_fixed_cost(call, M, K, flusher, calls)
 
 
 class Reporter(Protocol):
