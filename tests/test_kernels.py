@@ -461,6 +461,37 @@ def test_kernel_workspace_sections_are_lines_apart_and_checked():
             numba.njit(lambda *a: streams.gemv_streams(*a))(*args)
 
 
+@pytest.mark.skipif(not I8, reason=NO_I8)
+def test_bound_int8_kernel_reads_its_fixed_arrays_by_address_and_keeps_them_alive():
+    import gc
+
+    from gemvbw.kernels import streams
+
+    spec = I8[0]
+    qm = random_quantized(20, 200, bits=spec.bits)  # a leftover block and leftover rows: codes, scale, offset read
+    x = random_activations(200)
+    args = list(spec.kernel_args(qm, *kernels.typed_like(qm), 2))
+    expected = args[9] = np.zeros(20, np.float32)
+    args[7] = x
+    numba.njit(lambda *a: streams.gemv_streams(*a))(*args)  # the arrays passed as arrays
+    del args
+    run = spec.bind(qm)
+    del qm  # the binding alone now holds the matrix's arrays and its repacked copy
+    gc.collect()
+    noise = [np.full(n, 255, np.uint8) for n in (64, 1920, 9216, 17408, 65536) for _ in range(4)]  # reuse freed memory
+    y = np.zeros(20, np.float32)
+    run(x, y)
+    assert np.array_equal(y, expected) and noise  # the same sums, bit for bit
+
+    qm = random_quantized(20, 200, bits=spec.bits)
+    args = spec.kernel_args(qm, *kernels.typed_like(qm), 2)
+    codes = np.zeros((20, 2 * args[4].shape[1]), np.uint8)[:, ::2]  # the codes' shape, strided
+    with pytest.raises(ValueError, match="C-contiguous"):
+        streams.bind(args[:4] + (codes,) + args[5:])
+    with pytest.raises(TypeError, match="offset"):  # offset of another type than scale
+        streams.bind(args[:6] + (args[6].astype(np.float32),) + args[7:])
+
+
 @pytest.mark.parametrize("V", [16, 32])
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 def test_activation_order_matches_the_code_vectors(V, bits):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -19,6 +18,7 @@ import numpy as np
 
 import numba
 
+from gemvbw.kernels._common import serial_twin  # noqa: F401 - part of this package's API
 from gemvbw.kernels.w2 import gemv_w2_ref, gemv_w2_rows4
 from gemvbw.kernels.w3 import gemv_w3_ref, gemv_w3_rows4
 from gemvbw.kernels.w4 import gemv_w4_ref, gemv_w4_rows4
@@ -134,28 +134,6 @@ def compiled(dispatcher, *args):
     sig = tuple(dispatcher.typeof_pyval(a) for a in args)
     found = dispatcher.overloads.get(sig)
     return found.entry_point if found is not None else dispatcher.compile(sig)
-
-
-_TWINS: dict = {}
-
-
-def serial_twin(dispatcher):
-    """The same numba function compiled without ``parallel`` (prange runs as range), cached apart.
-
-    Measured on Zen 4, 1 thread, each call after a 64 MiB flush: an empty parallel call 29.7 us
-    against an empty serial one 9.4 us; a 1024x1024 w4 column-tile call 71-88 -> 55-70 us; 4096x14336
-    the same within the noise. numba's cache names a function's files by its qualified name and keys
-    them by signature only, not by its flags: a twin under the original's name would load the
-    parallel machine code (or overwrite it), so the twin is the same code under a name of its own.
-    """
-    twin = _TWINS.get(dispatcher)
-    if twin is None:
-        f = dispatcher.py_func
-        g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
-        g.__qualname__, g.__module__, g.__doc__ = f.__qualname__ + "_serial", f.__module__, f.__doc__
-        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
-        twin = _TWINS[dispatcher] = numba.njit(cache=True, **options)(g)  # (every kernel here is cached)
-    return twin
 
 
 def typed_like(qm: QuantizedMatrix) -> tuple[np.ndarray, np.ndarray]:

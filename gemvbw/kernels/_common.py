@@ -7,6 +7,9 @@ the bytes gemvbw counts. float32 metadata (meta_bytes=4) is loaded as is.
 
 from __future__ import annotations
 
+import types as pytypes
+
+import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
@@ -48,6 +51,28 @@ def _load_meta_impl(a, r, b):
         def impl(a, r, b):
             return np.float32(a[r, b])
     return impl
+
+
+_TWINS: dict = {}
+
+
+def serial_twin(dispatcher):
+    """The same numba function compiled without ``parallel`` (prange runs as range), cached apart.
+
+    Measured on Zen 4, 1 thread, each call after a 64 MiB flush: an empty parallel call 29.7 us
+    against an empty serial one 9.4 us; a 1024x1024 w4 column-tile call 71-88 -> 55-70 us; 4096x14336
+    the same within the noise. numba's cache names a function's files by its qualified name and keys
+    them by signature only, not by its flags: a twin under the original's name would load the
+    parallel machine code (or overwrite it), so the twin is the same code under a name of its own.
+    """
+    twin = _TWINS.get(dispatcher)
+    if twin is None:
+        f = dispatcher.py_func
+        g = pytypes.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__)
+        g.__qualname__, g.__module__, g.__doc__ = f.__qualname__ + "_serial", f.__module__, f.__doc__
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
+        twin = _TWINS[dispatcher] = numba.njit(cache=True, **options)(g)  # (every kernel here is cached)
+    return twin
 
 
 CACHE_LINE = 64

@@ -26,25 +26,33 @@ numba compiles :func:`gemv_streams` once per tag type, with everything above inl
 skeleton in the source, one specialised loop per (layout, tier, width) in the machine code.
 
 A call allocates nothing: the quantized activations, the layout's scratch and each chunk's accumulators
-live in a workspace allocated when the kernel is bound (:func:`work_layout`), and its arguments are
-arrays and integers only (a tuple is unboxed item by item). Both are what a small shape pays after a cache
-flush: measured on Zen 4, 1 thread, each call after a 64 MiB flush, an empty function of two arrays 7.0 us,
-of five arrays 9.2 us, of a tuple (array, int) and two arrays 10.5 us; quantizing K=1024 into new arrays
-4.9 us above an empty call, into kept ones 1.2 us. A bound kernel is therefore not reentrant: two calls at
-once on one binding would share its workspace (gemvbw calls one at a time).
+live in a workspace allocated when the kernel is bound (:func:`work_layout`). A bound call passes x and y as
+arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored) as
+addresses and sizes (:func:`bind`, :func:`_gemv_at`), since unboxing an array costs far more than an integer
+after a cache flush (a tuple is unboxed item by item, so it is no way round). Both are what a small shape
+pays after a flush: measured on Zen 4, 1 thread, each call after a 64 MiB flush, an empty function of two
+arrays 7.0 us, of five arrays 9.2 us, of a tuple (array, int) and two arrays 10.5 us; quantizing K=1024
+into new arrays 4.9 us above an empty call, into kept ones 1.2 us; and on Zen 4 again (2026-12-04,
+interleaved, 15 rounds of 20 cold calls, medians), the six fixed arrays passed by address instead of as
+arrays: 16x128 calls 1.7-3.3 us faster at 1 and 2 threads, 1024x1024 ones 1.6-2.9 us. A bound kernel is
+therefore not reentrant: two calls at once on one binding would share its workspace (gemvbw calls one at a
+time).
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
-from numba import njit, prange
-from numba.extending import overload
+from numba import carray, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+from numba.np.numpy_support import as_dtype
 
 from gemvbw.kernels import w2 as _w2
 from gemvbw.kernels import w3 as _w3
 from gemvbw.kernels import w4 as _w4
 from gemvbw.kernels import w8 as _w8
-from gemvbw.kernels._common import FASTMATH, aligned_full, load_meta, row_chunks
+from gemvbw.kernels._common import FASTMATH, aligned_full, load_meta, row_chunks, serial_twin
 from gemvbw.kernels.activations import quantize_into
 
 # --- what each layout supplies (stubs: the overloads live beside each layout) ----------------------
@@ -140,17 +148,35 @@ def new_work(K: int, nb: int, lanes: int, chunks: int, scratch: int, nstreams: i
 
 def bind(args: tuple):
     """run(x, y) of :func:`gemv_streams` on a layout's ``kernel_args`` (whose x and y give the types it is
-    compiled for), for either layout. Not reentrant: its calls share the workspace in ``args``."""
+    compiled for), for either layout. Not reentrant: its calls share the workspace in ``args``.
+
+    The call passes the six arrays fixed at binding (copy, metadata, workspace, codes, scale, offset) as
+    their addresses and sizes, and only x and y as arrays: see :func:`_gemv_at`. ``run`` keeps ``args``,
+    so those arrays live as long as it does."""
     from gemvbw.kernels import check_xy, compiled
 
-    call = compiled(gemv_streams, *args)
-    head, block, chunks = args[:7], args[8], args[10]  # everything but x (7) and y (9) is fixed when bound
+    tag, copy, meta, work, codes, scale, offset, x, block, y, chunks = args
+    for a in (copy, meta, work, codes, scale, offset):
+        if not a.flags.c_contiguous:  # the addresses are read as C arrays
+            raise ValueError("a kernel's fixed arrays must be C-contiguous")
+    if codes.dtype != np.uint8 or work.dtype != np.uint8 or offset.dtype != scale.dtype:
+        raise TypeError("codes and the workspace are uint8, offset has scale's type")
+    head = (tag, _address_of(copy), copy.size, copy.dtype.type(0), _address_of(meta), meta.size,
+            meta.dtype.type(0), _address_of(work), work.size, _address_of(codes), codes.shape[0], codes.shape[1],
+            _address_of(scale), _address_of(offset), scale.shape[1], scale.dtype.type(0))
+    entry = _gemv_at_serial if numba.get_num_threads() == 1 else _gemv_at
+    call = compiled(entry, *head, x, block, y, chunks)
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         check_xy(x, y)
         call(*head, x, block, y, chunks)
 
+    run.args = args  # what the addresses point into, kept alive with the binding
     return run
+
+
+def _address_of(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
 # --- the skeleton ---------------------------------------------------------------------------------
@@ -211,3 +237,57 @@ def gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunk
                         y[g * R + i] = a
     for r in range(groups * R, M):
         y[r] = row_ref(tag, codes, scale, offset, xdq, xs, block, r)
+
+
+# --- the call: arrays fixed at binding passed by address ------------------------------------------
+
+@intrinsic
+def _voidptr(typingctx, address):
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return types.voidptr(address), codegen
+
+
+def _array_at(address, shape, kind):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_array_at, inline="always")
+def _array_at_impl(address, shape, kind):
+    dtype = as_dtype(kind)  # a scalar of the array's type says which
+    return lambda address, shape, kind: carray(_voidptr(address), shape, dtype)
+
+
+# Each array argument is unboxed per call (its object, shape and strides read, a reference made and
+# dropped), which after a cache flush costs about 0.7 us an array on Zen 4 (an empty function of two arrays
+# 7.0 us, of five 9.2 us); an integer or a scalar costs next to nothing. So the six arrays a binding fixes
+# arrive as addresses and sizes (and a scalar of each one's type), the binding holding the arrays, and are
+# made arrays again here, without a copy or a reference count.
+@njit(inline="always")
+def _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M, row_bytes,
+                  scale_at, offset_at, nb, meta_value_kind):
+    return (_array_at(copy_at, copy_n, copy_kind), _array_at(meta_at, meta_n, meta_kind),
+            _array_at(work_at, work_n, np.uint8(0)), _array_at(codes_at, (M, row_bytes), np.uint8(0)),
+            _array_at(scale_at, (M, nb), meta_value_kind), _array_at(offset_at, (M, nb), meta_value_kind))
+
+
+@njit(cache=True)
+def _gemv_at(tag, copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M, row_bytes,
+             scale_at, offset_at, nb, meta_value_kind, x, block, y, chunks):
+    copy, meta, work, codes, scale, offset = _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind,
+                                                           work_at, work_n, codes_at, M, row_bytes, scale_at,
+                                                           offset_at, nb, meta_value_kind)
+    gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
+
+
+# with one thread: gemv_streams without its parallel launch (see gemvbw.kernels.compiled)
+_gemv_streams_serial = serial_twin(gemv_streams)
+
+
+@njit(cache=True)
+def _gemv_at_serial(tag, copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M,
+                    row_bytes, scale_at, offset_at, nb, meta_value_kind, x, block, y, chunks):
+    copy, meta, work, codes, scale, offset = _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind,
+                                                           work_at, work_n, codes_at, M, row_bytes, scale_at,
+                                                           offset_at, nb, meta_value_kind)
+    _gemv_streams_serial(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
