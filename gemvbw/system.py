@@ -285,6 +285,18 @@ def cpu_vendor(root: Path = Path("/"), machine: str | None = None) -> str | None
     return next((sec["vendor_id"] for sec in parse_cpuinfo(text) if sec.get("vendor_id")), None)
 
 
+def cpu_family(root: Path = Path("/"), machine: str | None = None) -> int | None:
+    """/proc/cpuinfo's ``cpu family`` on x86 (AMD: 25 Zen 3 and Zen 4, 26 Zen 5; Intel: 6); None elsewhere or
+    where it is not given (on x86 only, for the reason :func:`cpu_vendor` gives)."""
+    if (machine or platform.machine()) not in ("x86_64", "AMD64", "amd64"):
+        return None
+    text = read_text(root / "proc/cpuinfo")
+    if isinstance(text, Unknown):
+        return None
+    family = next((sec["cpu family"] for sec in parse_cpuinfo(text) if sec.get("cpu family")), None)
+    return int(family) if family is not None and family.strip().isdigit() else None
+
+
 def cpu_isa(sections: list[dict[str, str]], machine: str) -> tuple[list[str], str]:
     """This process's kernel-relevant ISA features and where they came from (HWCAPs on aarch64)."""
     caps = arm_hwcaps() if is_arm(machine) and is_linux_like() else None

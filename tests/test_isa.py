@@ -119,27 +119,41 @@ def test_each_int8_variant_states_the_call_it_binds(monkeypatch):
         assert spec.ahead == tag.ahead, spec.variant  # the spec states the distance its twin binds
 
 
-@pytest.mark.parametrize("vendor, groups", [("GenuineIntel", {8: 2, 4: 2, 3: 4, 2: 4}),
-                                            ("AuthenticAMD", {8: 2, 4: 2, 3: 2, 2: 2}),
-                                            ("SomeOtherVendor", {8: 2, 4: 2, 3: 2, 2: 2})])
-def test_the_prefetching_twins_read_as_many_groups_as_the_cpu_vendor_was_measured_to_want(monkeypatch, vendor,
-                                                                                          groups):
-    # four groups per thread won on an Intel Xeon and lost by a third on a Zen 5 (see tile.PRFM_STREAMS): the
-    # registry's twins must take the count of the CPU they run on, every other CPU the tiles' own two
+TWO = dict.fromkeys((8, 4, 3, 2), 2)
+FOUR = dict.fromkeys((8, 4, 3, 2), 4)
+
+
+@pytest.mark.parametrize("cpu, plain, twin", [
+    (("GenuineIntel", 6), TWO, {8: 2, 4: 2, 3: 4, 2: 4}),
+    (("AuthenticAMD", 25), FOUR, TWO),  # Zen 4 (the only family-25 CPU with a VNNI tier)
+    (("AuthenticAMD", 26), TWO, TWO),  # Zen 5
+    (("AuthenticAMD", None), TWO, TWO),  # no cpu family line
+    (("SomeOtherVendor", 25), TWO, TWO),
+    ((None, None), TWO, TWO),  # off x86
+])
+def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypatch, cpu, plain, twin):
+    # four groups per thread won on a Zen 4 for the plain tile and on an Intel Xeon for w3's and w2's twins, and
+    # lost by a third on a Zen 5 (see tile.PLAIN_STREAMS_BY_CPU): each variant the registry builds must take the
+    # count of the CPU it runs on, every other CPU the tiles' own two, and its description say so
     from gemvbw.kernels import tile
     from gemvbw.quant import random_quantized
 
-    assert {bits: tile.prfm_streams(bits, vendor) for bits in tile.WIDTHS} == groups
-    monkeypatch.setattr(tile, "_this_vendor", lambda: vendor)
+    assert {bits: tile.plain_streams(bits, cpu) for bits in tile.WIDTHS} == plain
+    assert {bits: tile.prfm_streams(bits, cpu) for bits in tile.WIDTHS} == twin
+    monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     # the column tiles are x86_64's; their specs are built (not compiled) on any machine, as the registry test does
     specs = kernels.i8_specs([t for t in tiers.TIERS if t.arch == "x86_64" and t.tile_rows])
     for bits in tile.WIDTHS:
         qm = random_quantized(8, 128, bits=bits, block=64)
-        twins = [s for s in specs if s.bits == bits and s.variant.endswith("-prfm")]
-        assert twins, (vendor, bits)
-        for spec in twins:
-            assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups[bits], spec.variant
-            assert ("groups of rows" in spec.description) == (groups[bits] != tile.STREAMS), spec.description
+        tiles = [s for s in specs if s.bits == bits and s.layout[0] == "c4"]
+        assert {s.variant.endswith("-prfm") for s in tiles} == {False, True}, (cpu, bits)
+        for spec in tiles:
+            groups = (twin if spec.variant.endswith("-prfm") else plain)[bits]
+            assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups, spec.variant
+            assert ("groups of rows" in spec.description) == (groups != tile.STREAMS), spec.description
+            assert (f", {groups} groups of rows" in spec.description) == (groups != tile.STREAMS), spec.description
+        # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's on this CPU
+        assert tile.TileTag(tiles[0].tier, bits, 2).nstreams == plain[bits]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])
@@ -258,7 +272,7 @@ COMPILE_ONLY = textwrap.dedent("""
         args = (packed.KernelTag(tier, bits), a8, a16, *rest)
     else:  # the tiles hold their own metadata; "c4-prfm": the twin that prefetches
         prfm = layout == "c4-prfm"
-        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.prfm_streams(bits)) if prfm else (None, tile.STREAMS)
+        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.prfm_streams(bits)) if prfm else (None, tile.plain_streams(bits))
         args = (tile.TileTag(tier, bits, 2, ahead, nstreams), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)

@@ -41,6 +41,18 @@ def test_the_cpu_vendor_is_read_on_x86_only(tmp_path):
     assert system.cpu_vendor(tmp_path, machine="x86_64") is None  # no /proc/cpuinfo at all
 
 
+def test_the_cpu_family_is_read_on_x86_only(tmp_path):
+    assert system.cpu_family(FIX / "x86-server", machine="x86_64") == 6
+    assert system.cpu_family(FIX / "x86-server", machine="aarch64") is None  # the host's, under QEMU
+    assert system.cpu_family(FIX / "phone-3cluster", machine="x86_64") is None  # no cpu family line
+    assert system.cpu_family(tmp_path, machine="x86_64") is None
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\n")
+    assert system.cpu_family(tmp_path, machine="x86_64") == 25
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\ncpu family\t: unknown\n\n")
+    assert system.cpu_family(tmp_path, machine="x86_64") is None
+
+
 def test_phone_with_three_clusters():
     f = facts("phone-3cluster", list(range(8)))
     assert f["cpu"] == "Qualcomm Technologies, Inc SM8650"

@@ -255,10 +255,10 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
                 ahead = tile.PRFM_AHEAD.get(bits)
                 hint = tile.HINTS[tile.PREFETCH_LOCALITY]
-                streams = tile.prfm_streams(bits)
-                groups = f", {streams} groups of rows at once per thread" if streams != tile.STREAMS else ""
-                ways = [("", tile.PREFETCH_AHEAD[bits], tile.STREAMS, "")] + ([(
-                    PRFM_SUFFIX, ahead, streams, f"; prefetches {ahead} bytes ahead in its stream ({hint}){groups}"
+                # groups of rows per thread: this CPU's count for each (gemvbw.kernels.tile.plain_streams)
+                plain, twin = tile.plain_streams(bits), tile.prfm_streams(bits)
+                ways = [("", tile.PREFETCH_AHEAD[bits], plain, _groups(plain))] + ([(
+                    PRFM_SUFFIX, ahead, twin, f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"
                 )] if ahead else [])
                 specs += [_i8_spec(
                     bits, f"packed-{rows}c4-{t.name}{suffix}",
@@ -268,6 +268,13 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                     tier=t.name, layout=tile.layout_key(t.name, bits), ahead=ahead)
                     for suffix, ahead, nstreams, what in ways]
     return specs
+
+
+def _groups(nstreams: int) -> str:
+    """What a tile variant's description says of its groups of rows per thread (nothing for the usual count)."""
+    from gemvbw.kernels import tile
+
+    return f", {nstreams} groups of rows at once per thread" if nstreams != tile.STREAMS else ""
 
 
 def _register_i8() -> None:

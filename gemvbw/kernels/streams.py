@@ -1,14 +1,16 @@
-"""The skeleton every int8-activation kernel runs on: row groups, two streams per thread, leftovers.
+"""The skeleton every int8-activation kernel runs on: row groups, several streams per thread, leftovers.
 
 Both layouts (the row-chunk block pairs of :mod:`gemvbw.kernels.packed`, the column tiles of
 :mod:`gemvbw.kernels.tile`) split the rows the same way: groups of R rows, each stored as a
 sequence of steps (a block pair of 4 rows, a tile of R rows x one block), a chunk of groups per
-thread. Each thread streams two groups at once, one from each half of its chunk: two streams keep
-more cache misses in flight than one stream of dense work (measured on Zen 4, 4096x14336 cold, one
-process, against a plain read of the same bytes: packed-4x2 at 1 thread w8 88 -> 95 %, w4 70 ->
-82 %, w2 57 -> 68 %; 2 threads w8 92 -> 97 %, w3 89 -> 94 %, w2 77 -> 83 %; three or four streams
-did no better). Blocks after the layout's last step (an odd last full block of a pair, a shorter
-last block) and the last M % R rows are read from the matrix as stored, by the width's f32 loop.
+thread. Each thread streams several groups at once (:func:`stream_count`: two, the column tiles as
+many as their CPU wants, gemvbw.kernels.tile.plain_streams), one from each part of its chunk: two
+streams keep more cache misses in flight than one stream of dense work (measured on Zen 4, 4096x14336
+cold, one process, against a plain read of the same bytes: packed-4x2 at 1 thread w8 88 -> 95 %, w4
+70 -> 82 %, w2 57 -> 68 %; 2 threads w8 92 -> 97 %, w3 89 -> 94 %, w2 77 -> 83 %; three or four
+streams did no better for packed-4x2, while the column tiles gain from four on Zen 4). Blocks after
+the layout's last step (an odd last full block of a pair, a shorter last block) and the last M % R
+rows are read from the matrix as stored, by the width's f32 loop.
 
 A layout is the kernel's first three arguments: its tag (a numba type carrying tier, width and
 whatever else is compile-time), its repacked copy and its metadata (the copy again where the tiles

@@ -23,8 +23,8 @@ its place in the code. 20 dot products per tile for w3, where storing its low tw
 two bit planes took 32 (16 + 16; 0.126 hot-loop instructions per weight against 0.077 now, 16c4 on an Intel
 Xeon). The bytes are exactly those of the packed matrix, reordered. Blocks shorter than 64
 (the last one when 64 does not divide K) and the last M % R rows are read as stored, by the width's
-f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: two streams of row groups per
-thread).
+f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: several streams of row groups per
+thread, as many as the CPU was measured to want, :func:`plain_streams`).
 
 Measured on Zen 4 (AVX-512 VNNI), 4096x14336, cold, interleaved in one process with packed-4x2 and a plain
 read of the same bytes: 1 thread w8 1.27x, w4 1.13-1.27x, w2 1.19x faster than packed-4x2-avx512vnni-zmm;
@@ -81,11 +81,28 @@ PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
 
 
-# groups of rows each thread reads at once (see gemvbw.kernels.streams). 3 and 4 were tried on an Intel Xeon
-# (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams (benchmarks/tile_variants.py, 16c4-zmm,
-# 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to 50 % faster, the sign of each width
-# changing between runs on that noisy host). No reading either way: kept at 2.
+# groups of rows each thread reads at once (see gemvbw.kernels.streams), by default and on most CPUs. 3 and 4 were
+# tried on an Intel Xeon (2 GHz, AVX-512 VNNI) where a plain read gains 3-23 % from 4-8 streams
+# (benchmarks/tile_variants.py, 16c4-zmm, 4096x14336 cold, 2026-12-02, 4 against 2: per width from 8 % slower to
+# 50 % faster, the sign of each width changing between runs on that noisy host). No reading either way: kept at 2.
 STREAMS = 2
+# groups per thread of the plain tile (no prefetch), per CPU: 2 (STREAMS), except on AMD family 25, where every
+# width reads 4. Family 25 is Zen 3 and Zen 4, and only Zen 4 has a VNNI tier, so among tile CPUs the key means
+# "Zen 4". Measured on Zen 4 (EPYC, family 25 model 17), where a plain read is fastest with 8 streams per thread
+# (benchmarks/tile_variants.py, 4096x14336 cold, interleaved with reads of the same bytes, medians of 9 rounds,
+# % of the fastest read, 2 groups -> 4):
+# - 16c4-zmm, 1 thread, five readings (2026-12-04, three at 23:00 UTC: every width 8-20 % faster, 64-96 % ->
+#   73-112 %; at 23:44 and 23:48): w8 82 -> 92, 73 -> 80 %; w4 75 -> 96, 72 -> 94; w3 88 -> 101, 64 -> 79;
+#   w2 71 -> 86, 57 -> 62. 2 threads, three readings: w8 1277 -> 1070 us, 62 -> 71 %, level; w4 850 -> 798 us,
+#   82 -> 92 %, 86 -> 88; w3 level, 79 -> 91, 58 -> 70; w2 -5 %, 67 -> 79, 54 -> 64.
+# - 8c4 (256-bit), two readings (23:47, 23:49): 1 thread w8 87 -> 97, 84 -> 93 %; w4 83 -> 91, 80 -> 86; w3
+#   57 -> 60, 69 -> 71; w2 50 -> 46, 69 -> 64 (behind; 16c4's w2 with 4 is faster than either); 2 threads w8
+#   level twice, w4 80 -> 88 twice, w3 53 -> 55, 91 -> 96, w2 66 -> 70, 73 -> 78.
+# - 6 and 8 groups (16c4-zmm, one reading at 23:46) were behind 4 at 1 thread but for w2 (8: 75 % against 70);
+#   at 2 threads, in a minute when two threads read 82 GB/s, 8 was ahead of 4 for w4-w2 (93/76/71 % against
+#   58/68/63). Not adopted on one reading.
+# On a Zen 5 (family 26) 4 groups lost everywhere (see PRFM_STREAMS), and elsewhere 4 is not measured.
+PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
 # Whether more streams pay is the memory system's call, measured on two CPUs, each against a plain read of the
 # same bytes (benchmarks/tile_variants.py, 16c4-zmm, 4096x14336 cold, prefetcht0 4 KiB ahead, 4 groups against 2):
@@ -96,24 +113,35 @@ STREAMS = 2
 #   mostly got 26-53 % of one stream (w8's with 4 at 1 thread 95 %): 4 groups lost everywhere, 1 thread
 #   w8/w4/w3/w2 70/61/68/60 % against 95/94/93/94 %, 2 threads 87/62/67/72 against 106/98/101/100 % (prefetchnta
 #   with 2 groups: 98/95/95/94 and 105/88/98/98).
-# Other CPUs (Zen 4 and older, ARM) are not measured with 4 and keep the 2 every tile reads.
+# - AMD Zen 4 (2026-12-04 23:44 UTC, one reading): the twins lose to the plain tile either way; with 4 groups w8's
+#   lost more (85 -> 55 % at 1 thread), w4's was level, w3's and w2's gained 2-9 points. Kept at 2.
+# Other CPUs (ARM included) are not measured with 4 and keep the 2 every tile reads.
 PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)
-PRFM_STREAMS_BY_VENDOR = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
+PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
 
 
-def prfm_streams(bits: int, vendor: str | None = None) -> int:
-    """Groups of rows per thread of width ``bits``' -prfm twin on a CPU of ``vendor`` (/proc/cpuinfo's
-    vendor_id; by default this machine's, None off x86)."""
-    if vendor is None:
-        vendor = _this_vendor()
-    return PRFM_STREAMS_BY_VENDOR.get(vendor, PRFM_STREAMS)[bits]
+def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
+    """Groups of rows per thread of width ``bits``' plain column tile on ``cpu``, a (vendor_id, cpu family) pair
+    of /proc/cpuinfo's (by default this machine's; (None, None) off x86)."""
+    return _for_cpu(PLAIN_STREAMS_BY_CPU, cpu, dict.fromkeys(WIDTHS, STREAMS))[bits]
+
+
+def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
+    """Groups of rows per thread of width ``bits``' -prfm twin on ``cpu`` (as :func:`plain_streams`)."""
+    return _for_cpu(PRFM_STREAMS_BY_CPU, cpu, PRFM_STREAMS)[bits]
+
+
+def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None, default: dict) -> dict:
+    """The entry for (vendor, family), else for the vendor, else ``default``."""
+    vendor, family = _this_cpu() if cpu is None else cpu
+    return table.get((vendor, family), table.get(vendor, default))
 
 
 @functools.lru_cache(maxsize=1)
-def _this_vendor() -> str | None:
+def _this_cpu() -> tuple[str | None, int | None]:
     from gemvbw import system
 
-    return system.cpu_vendor()
+    return system.cpu_vendor(), system.cpu_family()
 
 
 # the prefetch's locality hint (0: prefetchnta ... 3: prefetcht0; see PRFM_AHEAD)
@@ -195,10 +223,12 @@ class TileTag:
     with which locality hint, how many groups of rows each thread reads at once, and for w3 which of its
     layouts it reads (its numba type carries them all: a benchmark can compare them in one process)."""
 
-    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int = STREAMS,
+    def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int | None = None,
                  locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT):
-        if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
-                or locality not in HINTS):
+        if bits in WIDTHS and nstreams is None:
+            nstreams = plain_streams(bits)  # the plain tile's count on this CPU, what gemvbw's own kernel reads
+        if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams is None
+                or nstreams < 1 or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
                              f"{nstreams} streams, prefetch locality {locality}")
         self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
