@@ -277,24 +277,24 @@ def cpu_vendor(root: Path = Path("/"), machine: str | None = None) -> str | None
     """/proc/cpuinfo's ``vendor_id`` on x86 ("GenuineIntel", "AuthenticAMD"); None elsewhere or where it is not
     given. Only on x86: an aarch64 userland under QEMU reads the host's /proc/cpuinfo, which would name the
     host's vendor, not the emulated CPU's."""
-    if (machine or platform.machine()) not in ("x86_64", "AMD64", "amd64"):
-        return None
-    text = read_text(root / "proc/cpuinfo")
-    if isinstance(text, Unknown):
-        return None
-    return next((sec["vendor_id"] for sec in parse_cpuinfo(text) if sec.get("vendor_id")), None)
+    return _x86_cpuinfo_field("vendor_id", root, machine)
 
 
 def cpu_family(root: Path = Path("/"), machine: str | None = None) -> int | None:
-    """/proc/cpuinfo's ``cpu family`` on x86 (AMD: 25 Zen 3 and Zen 4, 26 Zen 5; Intel: 6); None elsewhere or
-    where it is not given (on x86 only, for the reason :func:`cpu_vendor` gives)."""
+    """/proc/cpuinfo's ``cpu family`` on x86 (AMD: 25 Zen 3 and Zen 4, 26 Zen 5; Intel: 6); None elsewhere, where
+    it is not given or not a number (x86 only, as :func:`cpu_vendor`)."""
+    family = _x86_cpuinfo_field("cpu family", root, machine)
+    return int(family) if family is not None and family.strip().isdigit() else None
+
+
+def _x86_cpuinfo_field(name: str, root: Path, machine: str | None) -> str | None:
+    """The first value of ``name`` in /proc/cpuinfo on x86; None elsewhere or where no section gives it."""
     if (machine or platform.machine()) not in ("x86_64", "AMD64", "amd64"):
         return None
     text = read_text(root / "proc/cpuinfo")
     if isinstance(text, Unknown):
         return None
-    family = next((sec["cpu family"] for sec in parse_cpuinfo(text) if sec.get("cpu family")), None)
-    return int(family) if family is not None and family.strip().isdigit() else None
+    return next((sec[name] for sec in parse_cpuinfo(text) if sec.get(name)), None)
 
 
 def cpu_isa(sections: list[dict[str, str]], machine: str) -> tuple[list[str], str]:

@@ -98,9 +98,9 @@ STREAMS = 2
 # - 8c4 (256-bit), two readings (23:47, 23:49): 1 thread w8 87 -> 97, 84 -> 93 %; w4 83 -> 91, 80 -> 86; w3
 #   57 -> 60, 69 -> 71; w2 50 -> 46, 69 -> 64 (behind; 16c4's w2 with 4 is faster than either); 2 threads w8
 #   level twice, w4 80 -> 88 twice, w3 53 -> 55, 91 -> 96, w2 66 -> 70, 73 -> 78.
-# - 6 and 8 groups (16c4-zmm, one reading at 23:46) were behind 4 at 1 thread but for w2 (8: 75 % against 70);
-#   at 2 threads, in a minute when two threads read 82 GB/s, 8 was ahead of 4 for w4-w2 (93/76/71 % against
-#   58/68/63). Not adopted on one reading.
+# - 6 and 8 groups (16c4-zmm; 8 in two readings, 2026-12-04 23:46 and 2026-12-05 01:43 UTC) were behind 4 at
+#   1 thread but for w2 once (75 % against 70); at 2 threads 8 was ahead of 4 for w2 in both (71 vs 63, 92 vs
+#   84 %), for w4 and w3 in one, and behind for w8 in both. A count per thread count is not built: 4 stays.
 # On a Zen 5 (family 26) 4 groups lost everywhere (see PRFM_STREAMS), and elsewhere 4 is not measured.
 PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
@@ -116,25 +116,25 @@ PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # - AMD Zen 4 (2026-12-04 23:44 UTC, one reading): the twins lose to the plain tile either way; with 4 groups w8's
 #   lost more (85 -> 55 % at 1 thread), w4's was level, w3's and w2's gained 2-9 points. Kept at 2.
 # Other CPUs (ARM included) are not measured with 4 and keep the 2 every tile reads.
-PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)
+PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)  # every width's count where a table has no entry, plain or twin
 PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
 
 
 def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
     """Groups of rows per thread of width ``bits``' plain column tile on ``cpu``, a (vendor_id, cpu family) pair
     of /proc/cpuinfo's (by default this machine's; (None, None) off x86)."""
-    return _for_cpu(PLAIN_STREAMS_BY_CPU, cpu, dict.fromkeys(WIDTHS, STREAMS))[bits]
+    return _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)[bits]
 
 
 def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
     """Groups of rows per thread of width ``bits``' -prfm twin on ``cpu`` (as :func:`plain_streams`)."""
-    return _for_cpu(PRFM_STREAMS_BY_CPU, cpu, PRFM_STREAMS)[bits]
+    return _for_cpu(PRFM_STREAMS_BY_CPU, cpu)[bits]
 
 
-def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None, default: dict) -> dict:
-    """The entry for (vendor, family), else for the vendor, else ``default``."""
+def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None) -> dict:
+    """The entry for (vendor, family), else for the vendor, else two groups for every width."""
     vendor, family = _this_cpu() if cpu is None else cpu
-    return table.get((vendor, family), table.get(vendor, default))
+    return table.get((vendor, family), table.get(vendor, PRFM_STREAMS))
 
 
 @functools.lru_cache(maxsize=1)
@@ -227,8 +227,8 @@ class TileTag:
                  locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT):
         if bits in WIDTHS and nstreams is None:
             nstreams = plain_streams(bits)  # the plain tile's count on this CPU, what gemvbw's own kernel reads
-        if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams is None
-                or nstreams < 1 or locality not in HINTS):
+        if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
+                or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
                              f"{nstreams} streams, prefetch locality {locality}")
         self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
