@@ -123,22 +123,25 @@ TWO = dict.fromkeys((8, 4, 3, 2), 2)
 FOUR = dict.fromkeys((8, 4, 3, 2), 4)
 
 
-@pytest.mark.parametrize("cpu, plain, twin", [
-    (("GenuineIntel", 6), TWO, {8: 2, 4: 2, 3: 4, 2: 4}),
-    (("AuthenticAMD", 25), FOUR, TWO),  # Zen 4 (the only family-25 CPU with a VNNI tier)
-    (("AuthenticAMD", 26), TWO, TWO),  # Zen 5
-    (("AuthenticAMD", None), TWO, TWO),  # no cpu family line
-    (("SomeOtherVendor", 25), TWO, TWO),
-    ((None, None), TWO, TWO),  # off x86
+@pytest.mark.parametrize("cpu, plain, shared, twin", [
+    (("GenuineIntel", 6), TWO, TWO, {8: 2, 4: 2, 3: 4, 2: 4}),
+    (("AuthenticAMD", 25), FOUR, {**FOUR, 2: 8}, TWO),  # Zen 4 (the only family-25 CPU with a VNNI tier)
+    (("AuthenticAMD", 26), TWO, TWO, TWO),  # Zen 5
+    (("AuthenticAMD", None), TWO, TWO, TWO),  # no cpu family line
+    (("SomeOtherVendor", 25), TWO, TWO, TWO),
+    ((None, None), TWO, TWO, TWO),  # off x86
 ])
-def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypatch, cpu, plain, twin):
-    # four groups per thread won on a Zen 4 for the plain tile and on an Intel Xeon for w3's and w2's twins, and
-    # lost by a third on a Zen 5 (see tile.PLAIN_STREAMS_BY_CPU): each variant the registry builds must take the
-    # count of the CPU it runs on, every other CPU the tiles' own two, and its description say so
+def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypatch, cpu, plain, shared, twin):
+    # four groups per thread won on a Zen 4 for the plain tile (eight for w2 where two threads share the memory)
+    # and on an Intel Xeon for w3's and w2's twins, and lost by a third on a Zen 5 (see tile.PLAIN_STREAMS_BY_CPU):
+    # each variant the registry builds must take the count of the CPU it runs on at the threads in force when it
+    # is bound, every other CPU the tiles' own two, and its description say so
     from gemvbw.kernels import tile
     from gemvbw.quant import random_quantized
 
-    assert {bits: tile.plain_streams(bits, cpu) for bits in tile.WIDTHS} == plain
+    assert {bits: tile.plain_streams(bits, cpu, threads=1) for bits in tile.WIDTHS} == plain
+    for threads in (2, 8):
+        assert {bits: tile.plain_streams(bits, cpu, threads=threads) for bits in tile.WIDTHS} == shared
     assert {bits: tile.prfm_streams(bits, cpu) for bits in tile.WIDTHS} == twin
     monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     # the column tiles are x86_64's; their specs are built (not compiled) on any machine, as the registry test does
@@ -147,13 +150,22 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
         qm = random_quantized(8, 128, bits=bits, block=64)
         tiles = [s for s in specs if s.bits == bits and s.layout[0] == "c4"]
         assert {s.variant.endswith("-prfm") for s in tiles} == {False, True}, (cpu, bits)
+        for threads, counts in ((1, plain), (2, shared)):
+            monkeypatch.setattr(tile, "_threads_now", lambda: threads)  # the count in force when a kernel is bound
+            for spec in tiles:
+                groups = (twin if spec.variant.endswith("-prfm") else counts)[bits]
+                assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups, spec.variant
+            # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's
+            assert tile.TileTag(tiles[0].tier, bits, 2).nstreams == counts[bits]
         for spec in tiles:
-            groups = (twin if spec.variant.endswith("-prfm") else plain)[bits]
-            assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups, spec.variant
-            assert ("groups of rows" in spec.description) == (groups != tile.STREAMS), spec.description
-            assert (f", {groups} groups of rows" in spec.description) == (groups != tile.STREAMS), spec.description
-        # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's on this CPU
-        assert tile.TileTag(tiles[0].tier, bits, 2).nstreams == plain[bits]
+            if spec.variant.endswith("-prfm"):
+                said = f", {twin[bits]} groups of rows at once per thread" if twin[bits] != 2 else None
+            elif plain[bits] != shared[bits]:
+                said = f", {plain[bits]} groups of rows at once per thread at 1 thread and {shared[bits]} at more"
+            else:
+                said = f", {plain[bits]} groups of rows at once per thread" if plain[bits] != 2 else None
+            assert (said in spec.description) if said else ("groups of rows" not in spec.description), \
+                (spec.variant, spec.description)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])

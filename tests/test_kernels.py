@@ -346,10 +346,10 @@ TILE_TIERS = sorted({s.tier for s in I8 if s.layout[0] != "4x2"})[:1]
 @pytest.mark.parametrize("bits", [8, 4, 3, 2])
 @pytest.mark.parametrize("M", [16 * 13 + 5, 16 * 4, 8 * 7])
 def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, bits, M):
-    # 1, 2 (the default), 3 and 4 groups read at once by each thread: chunks whose group count each of those
-    # divides or does not (the last streams one group short), down to fewer groups than streams; every row is
-    # summed the same way whichever stream reads it, so the outputs are bit for bit equal, and equal to the
-    # reference
+    # 1, 2 (the default), 3, 4 and 8 (Zen 4's counts) groups read at once by each thread: chunks whose group
+    # count each of those divides or does not (the last streams one group short), down to fewer groups than
+    # streams; every row is summed the same way whichever stream reads it, so the outputs are bit for bit
+    # equal, and equal to the reference
     from gemvbw.verify import reference_gemv, relative_error
 
     K = 200  # three full blocks and a short last one
@@ -358,7 +358,7 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
     spec = next(s for s in I8 if s.tier == tier and s.bits == bits and s.layout[0] != "4x2")
     y_ref, bound = reference_gemv(qm, spec.reference_x(x, qm.block))
     outs = []
-    for nstreams in (1, 2, 3, 4):
+    for nstreams in (1, 2, 3, 4, 8):
         for chunks in (1, 3):
             y = np.full(M, np.nan, np.float32)
             tile.bind(tier, qm, chunks, None, nstreams=nstreams)(x, y)

@@ -209,7 +209,7 @@ def _packed_args(tier: str) -> Callable[..., tuple]:
     return args
 
 
-def _tile_args(tier: str, ahead: int, nstreams: int) -> Callable[..., tuple]:
+def _tile_args(tier: str, ahead: int, nstreams: int | None) -> Callable[..., tuple]:
     def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import tile
 
@@ -255,9 +255,11 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
                 ahead = tile.PRFM_AHEAD.get(bits)
                 hint = tile.HINTS[tile.PREFETCH_LOCALITY]
-                # groups of rows per thread: this CPU's count for each (gemvbw.kernels.tile.plain_streams)
-                plain, twin = tile.plain_streams(bits), tile.prfm_streams(bits)
-                ways = [("", tile.PREFETCH_AHEAD[bits], plain, _groups(plain))] + ([(
+                # groups of rows per thread: this CPU's count for each; the plain tile's also depends on the threads,
+                # so it is found when bound (None; gemvbw.kernels.tile.plain_streams), the registry built before
+                twin = tile.prfm_streams(bits)
+                alone, shared = tile.plain_streams(bits, threads=1), tile.plain_streams(bits, threads=2)
+                ways = [("", tile.PREFETCH_AHEAD[bits], None, _groups(alone, shared))] + ([(
                     PRFM_SUFFIX, ahead, twin, f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"
                 )] if ahead else [])
                 specs += [_i8_spec(
@@ -270,11 +272,14 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
     return specs
 
 
-def _groups(nstreams: int) -> str:
-    """What a tile variant's description says of its groups of rows per thread (nothing for the usual count)."""
+def _groups(alone: int, shared: int | None = None) -> str:
+    """What a tile variant's description says of its groups of rows per thread at 1 thread and, where it differs,
+    at more (nothing for the usual count)."""
     from gemvbw.kernels import tile
 
-    return f", {nstreams} groups of rows at once per thread" if nstreams != tile.STREAMS else ""
+    if shared is not None and shared != alone:
+        return f", {alone} groups of rows at once per thread at 1 thread and {shared} at more"
+    return f", {alone} groups of rows at once per thread" if alone != tile.STREAMS else ""
 
 
 def _register_i8() -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -100,9 +101,17 @@ STREAMS = 2
 #   level twice, w4 80 -> 88 twice, w3 53 -> 55, 91 -> 96, w2 66 -> 70, 73 -> 78.
 # - 6 and 8 groups (16c4-zmm; 8 in two readings, 2026-12-04 23:46 and 2026-12-05 01:43 UTC) were behind 4 at
 #   1 thread but for w2 once (75 % against 70); at 2 threads 8 was ahead of 4 for w2 in both (71 vs 63, 92 vs
-#   84 %), for w4 and w3 in one, and behind for w8 in both. A count per thread count is not built: 4 stays.
+#   84 %), for w4 and w3 in one, and behind for w8 in both. At 1 thread 4 stays; at 2 threads see below.
 # On a Zen 5 (family 26) 4 groups lost everywhere (see PRFM_STREAMS), and elsewhere 4 is not measured.
 PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
+# the same where two or more threads share the memory (a CPU without an entry here keeps its 1-thread counts).
+# On Zen 4, w2 reads 8 groups per thread there: 8 against 4 at 2 threads (16c4-zmm, 4096x14336 cold, % of the
+# fastest read), seven readings of w2: 71 vs 63, 92 vs 84 (2026-12-04/05, above), 85 vs 74, 78 vs 79 (11 rounds,
+# 2026-12-05 03:06 UTC), 97 vs 92, 89 vs 80, 68 vs 67 (15 rounds, 03:08-03:10 UTC): ahead by 8 points in the
+# median, never behind by more than 1. Not the others: w8 was behind in all five of its readings (73 vs 85, 60 vs
+# 75, 85 vs 91 % in the last three), w4 level (91 vs 90, 90 vs 93, 82 vs 83), w3 mixed (97 vs 84, 85 vs 87, 92 vs
+# 97, 93 vs 81, 87 vs 90). Only measured at 2 threads, on 2 cores.
+PLAIN_STREAMS_SHARED_BY_CPU = {("AuthenticAMD", 25): {**dict.fromkeys(WIDTHS, 4), 2: 8}}
 # groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
 # Whether more streams pay is the memory system's call, measured on two CPUs, each against a plain read of the
 # same bytes (benchmarks/tile_variants.py, 16c4-zmm, 4096x14336 cold, prefetcht0 4 KiB ahead, 4 groups against 2):
@@ -120,10 +129,14 @@ PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)  # every width's count where a tab
 PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
 
 
-def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
+def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, threads: int | None = None) -> int:
     """Groups of rows per thread of width ``bits``' plain column tile on ``cpu``, a (vendor_id, cpu family) pair
-    of /proc/cpuinfo's (by default this machine's; (None, None) off x86)."""
-    return _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)[bits]
+    of /proc/cpuinfo's (by default this machine's; (None, None) off x86), at ``threads`` threads (by default
+    numba's count in force now, the one a kernel bound now runs on)."""
+    alone = _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)
+    if (_threads_now() if threads is None else threads) > 1:
+        return _for_cpu(PLAIN_STREAMS_SHARED_BY_CPU, cpu, alone)[bits]
+    return alone[bits]
 
 
 def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
@@ -131,10 +144,14 @@ def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) ->
     return _for_cpu(PRFM_STREAMS_BY_CPU, cpu)[bits]
 
 
-def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None) -> dict:
-    """The entry for (vendor, family), else for the vendor, else two groups for every width."""
+def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None, default: dict | None = None) -> dict:
+    """The entry for (vendor, family), else for the vendor, else ``default`` (two groups for every width)."""
     vendor, family = _this_cpu() if cpu is None else cpu
-    return table.get((vendor, family), table.get(vendor, PRFM_STREAMS))
+    return table.get((vendor, family), table.get(vendor, PRFM_STREAMS if default is None else default))
+
+
+def _threads_now() -> int:
+    return numba.get_num_threads()
 
 
 @functools.lru_cache(maxsize=1)
@@ -226,7 +243,7 @@ class TileTag:
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int | None = None,
                  locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT):
         if bits in WIDTHS and nstreams is None:
-            nstreams = plain_streams(bits)  # the plain tile's count on this CPU, what gemvbw's own kernel reads
+            nstreams = plain_streams(bits)  # the plain tile's count on this CPU at the threads in force: gemvbw's own
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
                 or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
