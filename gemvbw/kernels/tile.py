@@ -110,7 +110,9 @@ PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # 2026-12-05 03:06 UTC), 97 vs 92, 89 vs 80, 68 vs 67 (15 rounds, 03:08-03:10 UTC): ahead by 8 points in the
 # median, never behind by more than 1. Not the others: w8 was behind in all five of its readings (73 vs 85, 60 vs
 # 75, 85 vs 91 % in the last three), w4 level (91 vs 90, 90 vs 93, 82 vs 83), w3 mixed (97 vs 84, 85 vs 87, 92 vs
-# 97, 93 vs 81, 87 vs 90). Only measured at 2 threads, on 2 cores.
+# 97, 93 vs 81, 87 vs 90). On 8c4 (256-bit) w2 with 8 was level with 4 (73 vs 75, 76 vs 77 %, 03:15 UTC): the
+# count is the CPU's, not the tier's. Only measured at 2 threads, on 2 cores. asm_check: the same hot loop with 8
+# as with 4 (58 instructions per 16c4 tile, 0.057 per weight), so the gain is the memory's.
 PLAIN_STREAMS_SHARED_BY_CPU = {("AuthenticAMD", 25): {**dict.fromkeys(WIDTHS, 4), 2: 8}}
 # groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
 # Whether more streams pay is the memory system's call, measured on two CPUs, each against a plain read of the
