@@ -102,7 +102,7 @@ STREAMS = 2
 # - 6 and 8 groups (16c4-zmm; 8 in two readings, 2026-12-04 23:46 and 2026-12-05 01:43 UTC) were behind 4 at
 #   1 thread but for w2 once (75 % against 70); at 2 threads 8 was ahead of 4 for w2 in both (71 vs 63, 92 vs
 #   84 %), for w4 and w3 in one, and behind for w8 in both. At 1 thread 4 stays; at 2 threads see below.
-# On a Zen 5 (family 26) 4 groups lost everywhere (see PRFM_STREAMS), and elsewhere 4 is not measured.
+# On a Zen 5 (family 26) 4 groups lost everywhere (see PRFM_STREAMS_BY_CPU), and elsewhere 4 is not measured.
 PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # the same where two or more threads share the memory (a CPU without an entry here keeps its 1-thread counts).
 # On Zen 4, w2 reads 8 groups per thread there: 8 against 4 at 2 threads (16c4-zmm, 4096x14336 cold, % of the
@@ -127,8 +127,8 @@ PLAIN_STREAMS_SHARED_BY_CPU = {("AuthenticAMD", 25): {**dict.fromkeys(WIDTHS, 4)
 # - AMD Zen 4 (2026-12-04 23:44 UTC, one reading): the twins lose to the plain tile either way; with 4 groups w8's
 #   lost more (85 -> 55 % at 1 thread), w4's was level, w3's and w2's gained 2-9 points. Kept at 2.
 # Other CPUs (ARM included) are not measured with 4 and keep the 2 every tile reads.
-PRFM_STREAMS = dict.fromkeys(WIDTHS, STREAMS)  # every width's count where a table has no entry, plain or twin
-PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**PRFM_STREAMS, 3: 4, 2: 4}}
+DEFAULT_STREAMS = dict.fromkeys(WIDTHS, STREAMS)  # every width's count where a table has no entry, plain or twin
+PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**DEFAULT_STREAMS, 3: 4, 2: 4}}
 
 
 def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, threads: int | None = None) -> int:
@@ -146,10 +146,10 @@ def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) ->
     return _for_cpu(PRFM_STREAMS_BY_CPU, cpu)[bits]
 
 
-def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None, default: dict | None = None) -> dict:
-    """The entry for (vendor, family), else for the vendor, else ``default`` (two groups for every width)."""
+def _for_cpu(table: dict, cpu: tuple[str | None, int | None] | None, default: dict = DEFAULT_STREAMS) -> dict:
+    """The entry for (vendor, family), else for the vendor, else ``default`` (never changed, only read)."""
     vendor, family = _this_cpu() if cpu is None else cpu
-    return table.get((vendor, family), table.get(vendor, PRFM_STREAMS if default is None else default))
+    return table.get((vendor, family), table.get(vendor, default))
 
 
 def _threads_now() -> int:
