@@ -13,7 +13,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
 3. gemvbw model qwen3-0.6b --bits 4, with the default (int8) and f32 activations;
 4. benchmarks/wall.py at each thread count, after the first int8 sweeps: each tier against a plain read of
    its bytes, and (--latency-ratios) every width's kernels and reads in the same rounds;
-   then benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier);
+   then benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier) and
+   benchmarks/hot_loop.py --read (each tier's hot loop timed from L1: the compute floor of a cold call at one
+   thread, beside a read of the same bytes);
 5. with --ggml-bin, ggml's own `test-backend-ops perf` for MUL_MAT at 4096x14336, n=1, run
    before gemvbw's sweeps and between its two int8 runs (best of the two), for a side-by-side on the same
    machine.
@@ -420,6 +422,7 @@ def main() -> int:
     if checked.returncode != 0:  # a regression or a crash: show it in the file, not only on this terminal
         asm += ["", f"asm_check.py exited with {checked.returncode}", "", "```",
                 (checked.stdout + checked.stderr).strip()[-3000:], "```"]
+    floor = script_md("hot_loop.py", "--read")
 
     s = f32["system"]
     lines = [
@@ -514,6 +517,12 @@ def main() -> int:
                              f"{p['eff_gbps']:.2f} | {100 * p['share']:.1f}%")
             lines.append("")
     lines += ["## Generated code (`python benchmarks/asm_check.py`)", ""] + asm
+    lines += ["", "## The compute floor (`python benchmarks/hot_loop.py --read`)", "",
+              "What each tier's plain kernel costs when memory costs nothing: its own steps, checked bit for bit "
+              "against the kernel, looped over tiles that stay in L1, per 1024 weights, and what that makes for "
+              "4096x14336 at one thread (at T threads, / T). A cold call cannot be faster than the longer of this "
+              "and the read of its bytes, and takes more where the core does not overlap the two; where the floor "
+              "nears the read, the loop is what to improve, not the memory access.", ""] + floor
     if args.aarch64_asm:
         lines += aarch64_section(Path(args.aarch64_asm))
     Path(args.out).write_text("\n".join(lines))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -319,3 +320,62 @@ def test_call_cost_measures_every_way_of_every_verified_variant(call_cost):
         numba.set_num_threads(old)
     assert list(per_variant) == variants and nbytes == 32 * 128 + 32 * 2 * 2 * 2
     assert all(set(m) == set(call_cost.WAYS) and min(m.values()) > 0 for m in per_variant.values()) and read > 0
+
+
+@pytest.fixture
+def hot_loop(load_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for its `from wall import`
+    return load_script("benchmarks/hot_loop.py", "bench_hot_loop")
+
+
+def _one_of_each_format(hot_loop):
+    """The first column-tile kernel and the first packed-4x2 kernel this CPU runs (the tool's checks compile each)."""
+    here = hot_loop.variants_here(None, None)
+    return [next(v for v in here if v[1] == fmt) for fmt in ("c4", "4x2") if any(v[1] == fmt for v in here)]
+
+
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+def test_hot_loop_adds_what_the_kernel_adds(hot_loop, bits):
+    from gemvbw.kernels import packed, tile
+
+    checked = _one_of_each_format(hot_loop)
+    assert checked, "no int8 kernel on this CPU"
+    for name, fmt, tier in checked:
+        # exits unless the kernel matches the reference and the loop's sums are its y bit for bit
+        tag, copy, meta, work, nb, accs, weights = hot_loop.prepared(fmt, tier, bits, 256)
+        rows = tile.tile_rows(tier) * tile.plain_streams(bits) if fmt == "c4" else packed.ROWS * packed.STREAMS
+        assert (nb, weights) == (4, rows * 256), name
+        before = accs.copy()
+        assert hot_loop._hot_steps(tag, copy, meta, work, 256, nb, accs, 3) == weights
+        assert np.array_equal(accs, before), name  # every pass starts from zero: the same sums
+
+
+def test_hot_loop_never_times_a_kernel_off_the_reference_or_a_loop_off_the_kernel(hot_loop, monkeypatch):
+    name, fmt, tier = _one_of_each_format(hot_loop)[-1]
+    monkeypatch.setattr(hot_loop, "relative_error", lambda *a: 1.0)
+    with pytest.raises(SystemExit, match="w4: the .* kernel of .* is off the reference .*; not timed"):
+        hot_loop.measure(fmt, tier, 4, 128, 1)
+    monkeypatch.undo()
+    monkeypatch.setattr(hot_loop, "_row_sums", lambda tag, accs, rows: np.zeros(1, np.float32))
+    with pytest.raises(SystemExit, match="w4: the hot loop's sums differ from the .* kernel's y .*; not timed"):
+        hot_loop.measure(fmt, tier, 4, 128, 1)
+
+
+def test_hot_loop_refuses_what_it_cannot_measure_naming_the_flag(hot_loop, capsys):
+    for argv, flag in ((["--K", "100"], "--K"), (["--rounds", "0"], "--rounds"), (["--shape", "10x"], "--shape"),
+                       (["--bits", "5"], "--bits"), (["--tier", "no-such-tier"], "--tier")):
+        with pytest.raises(SystemExit) as e:
+            hot_loop.main(argv)
+        assert e.value.code == 2
+        assert flag in capsys.readouterr().err
+
+
+def test_hot_loop_lists_the_tiers_asked_for(hot_loop, monkeypatch):
+    from gemvbw import tiers
+
+    monkeypatch.setattr(tiers, "usable", lambda: [tiers.by_name("avx512vnni-zmm"), tiers.by_name("avx2")])
+    assert hot_loop.variants_here(None, None) == [
+        ("packed-16c4-avx512vnni-zmm", "c4", "avx512vnni-zmm"), ("packed-4x2-avx512vnni-zmm", "4x2", "avx512vnni-zmm"),
+        ("packed-4x2-avx2", "4x2", "avx2")]
+    assert hot_loop.variants_here("avx2", None) == [("packed-4x2-avx2", "4x2", "avx2")]
+    assert hot_loop.variants_here(None, "c4") == [("packed-16c4-avx512vnni-zmm", "c4", "avx512vnni-zmm")]
