@@ -224,7 +224,8 @@ def fixed_cost(r: dict | None) -> str:
     f = (r or {}).get("fixed_cost")
     if not f:
         return "-"
-    return f"{f['median_us']:.0f} us ({100 * f['median_us'] / r['best_avg_us']:.0f}%)"
+    share = f["median_us"] / r["best_avg_us"]
+    return f"{f['median_us']:.0f} us ({100 * share:.0f}%{': above the row, a noisy minute' if share > 1 else ''})"
 
 
 def ggml_side_by_side(i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 
 from gemvbw import __version__, metrics
-from gemvbw.harness import CallOverhead, FixedCost, Measurement
+from gemvbw.harness import FIXED_COST_CALLS, CallOverhead, FixedCost, Measurement
 from gemvbw.roofline import Roofline, gbps_by_streams_json
 
 SCHEMA = "gemvbw.sweep/1"
@@ -171,11 +171,16 @@ def overhead_note(best_avg_us: float, overhead: CallOverhead, fixed_cost: FixedC
         if share < FIXED_COST_SHARE:
             return None
         when = f"after the same {fixed_cost.flush_mib} MiB flush" if fixed_cost.flush_mib else "with no flush"
+        # a median of a few cold calls against this row's best group: in a noisy minute the tiny call can come
+        # out slower than the whole row, which says the noise, not that the kernel's bytes cost nothing
+        above = (f"; it came out above the row itself: its {FIXED_COST_CALLS} calls fell in a noisier minute than "
+                 "the row's best group, so read the two as the same order, not one as a share of the other"
+                 if share > 1 else "")
         return Note(
             "call-overhead",
             f"the same kernel on a {fixed_cost.shape} matrix {when} takes {fixed_cost.median_us:.1f} us (fixed us), "
             f"{100 * share:.0f}% of this row's {best_avg_us:.1f} us (threshold {100 * FIXED_COST_SHARE:.0f}%): this "
-            "row measures call overhead as well as bandwidth",
+            f"row measures call overhead as well as bandwidth{above}",
             advice,
         )
     if best_avg_us >= OVERHEAD_FACTOR * overhead.row_cost_us:

@@ -106,6 +106,13 @@ def test_empty_call_as_each_record_states_it(run):
         == "empty parallel call 1.3 us warm"
 
 
+def test_fixed_cost_cell_says_when_it_came_out_above_its_row(run):
+    assert run.fixed_cost({"best_avg_us": 40.0, "fixed_cost": {"median_us": 12.0}}) == "12 us (30%)"
+    assert run.fixed_cost({"best_avg_us": 30.0, "fixed_cost": {"median_us": 51.0}}) \
+        == "51 us (170%: above the row, a noisy minute)"
+    assert run.fixed_cost({"best_avg_us": 30.0}) == run.fixed_cost(None) == "-"
+
+
 def test_two_sweeps_merge_into_the_faster_row_of_each(run):
     # the int8 sweeps run twice, as each peer does; every (shape, width, variant) keeps its faster row, with the
     # %read of its own sweep, and both rooflines are said
