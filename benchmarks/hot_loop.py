@@ -64,6 +64,12 @@ def _hot_steps(tag, copy, meta, work, K, nb, accs, reps):
 
 
 @njit
+def _shape(tag):
+    """(rows per group, accumulator lanes per group, streams) of a kernel tag, as the skeleton finds them."""
+    return streams.group_rows(tag), streams.acc_lanes(tag), streams.stream_count(tag)
+
+
+@njit
 def _row_sums(tag, accs, rows):
     S = accs.shape[0]
     out = np.empty(S * rows, np.float32)
@@ -80,10 +86,7 @@ def prepared(fmt: str, tier: str, bits: int, K: int):
     from gemvbw import kernels
 
     kernel_args = {"c4": tile.kernel_args, "4x2": packed.kernel_args}[fmt]
-    if fmt == "c4":
-        R, S, lanes = tile.tile_rows(tier), tile.plain_streams(bits), tile.tile_rows(tier)
-    else:
-        R, S, lanes = packed.ROWS, packed.STREAMS, 2 * packed.ROWS
+    R, lanes, S = _shape(tile.TileTag(tier, bits, 2) if fmt == "c4" else packed.KernelTag(tier, bits))
     qm = random_quantized(S * R, K, bits, seed=bits)
     x = random_activations(K, 0)
     y = np.empty(S * R, np.float32)

@@ -225,7 +225,7 @@ def fixed_cost(r: dict | None) -> str:
     if not f:
         return "-"
     share = f["median_us"] / r["best_avg_us"]
-    return f"{f['median_us']:.0f} us ({100 * share:.0f}%{': above the row, a noisy minute' if share > 1 else ''})"
+    return f"{f['median_us']:.0f} us ({100 * share:.0f}%{': above the row, calls this variable' if share > 1 else ''})"
 
 
 def ggml_side_by_side(i8: dict, warm: dict, ggml: dict[str, float]) -> list[str]:

@@ -171,11 +171,11 @@ def overhead_note(best_avg_us: float, overhead: CallOverhead, fixed_cost: FixedC
         if share < FIXED_COST_SHARE:
             return None
         when = f"after the same {fixed_cost.flush_mib} MiB flush" if fixed_cost.flush_mib else "with no flush"
-        # a median of a few cold calls against this row's best group: in a noisy minute the tiny call can come
-        # out slower than the whole row, which says the noise, not that the kernel's bytes cost nothing
-        above = (f"; it came out above the row itself: its {FIXED_COST_CALLS} calls fell in a noisier minute than "
-                 "the row's best group, so read the two as the same order, not one as a share of the other"
-                 if share > 1 else "")
+        # the fixed cost is a median of single cold calls, the row the mean of its best group: where calls vary
+        # much, the tiny call's median can exceed the whole row's best, which is the spread, not a negative cost
+        above = (f"; it came out above the row itself (the median of {FIXED_COST_CALLS} single calls against the "
+                 "row's best group: calls this variable), so read the two as the same order, not one as a share "
+                 "of the other" if share > 1 else "")
         return Note(
             "call-overhead",
             f"the same kernel on a {fixed_cost.shape} matrix {when} takes {fixed_cost.median_us:.1f} us (fixed us), "

@@ -109,7 +109,7 @@ def test_empty_call_as_each_record_states_it(run):
 def test_fixed_cost_cell_says_when_it_came_out_above_its_row(run):
     assert run.fixed_cost({"best_avg_us": 40.0, "fixed_cost": {"median_us": 12.0}}) == "12 us (30%)"
     assert run.fixed_cost({"best_avg_us": 30.0, "fixed_cost": {"median_us": 51.0}}) \
-        == "51 us (170%: above the row, a noisy minute)"
+        == "51 us (170%: above the row, calls this variable)"
     assert run.fixed_cost({"best_avg_us": 30.0}) == run.fixed_cost(None) == "-"
 
 

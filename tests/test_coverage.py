@@ -422,9 +422,9 @@ def test_call_overhead_note_from_the_kernels_fixed_cost_at_its_threshold():
     assert not note.message.endswith("other")
     (above,) = found(30.0, FixedCost(51.0, 16, 128, 64))  # the tiny call's median above the row's best group
     assert above.message.endswith("170% of this row's 30.0 us (threshold 10%): this row measures call overhead as "
-                                  "well as bandwidth; it came out above the row itself: its 30 calls fell in a "
-                                  "noisier minute than the row's best group, so read the two as the same order, "
-                                  "not one as a share of the other")
+                                  "well as bandwidth; it came out above the row itself (the median of 30 single "
+                                  "calls against the row's best group: calls this variable), so read the two as "
+                                  "the same order, not one as a share of the other")
     (warm,) = found(10.0, FixedCost(1.0, 16, 256, 0))
     assert "on a 16x256 matrix with no flush" in warm.message
 
