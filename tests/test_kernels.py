@@ -525,6 +525,33 @@ def test_bound_kernel_refuses_arrays_it_would_misread():
         run(np.ones(128, np.float64), y)
     with pytest.raises(TypeError, match="C-contiguous"):
         run(np.ones(256, np.float32)[::2], y)
+    with pytest.raises(ValueError, match=r"y of shape \(8,\), got \(128,\) and \(4,\)"):
+        run(np.ones(128, np.float32), np.empty(4, np.float32))
+    with pytest.raises(ValueError, match=r"x of shape \(128,\)"):
+        run(np.ones(64, np.float32), y)
+
+
+@pytest.mark.parametrize("act", ["f32", "i8"])
+def test_bound_kernel_checks_each_new_pair_not_only_the_first(act):
+    """A call skips the check only for the very pair it last checked: a new x or y is checked again, and a
+    pair that failed is not remembered."""
+    if act == "i8" and not I8:
+        pytest.skip(NO_I8)
+    qm = random_quantized(8, 128, bits=4)
+    run = kernels.get(4, act).bind(qm)
+    x, y = random_activations(128), np.empty(8, np.float32)
+    run(x, y)
+    first = y.copy()
+    run(x, y)  # the same pair again: the same result
+    assert np.array_equal(y, first)
+    for bad_x, bad_y, error in ((x, np.empty(8, np.float64), TypeError), (x.astype(np.float64), y, TypeError),
+                                (x, np.empty(16, np.float32)[::2], TypeError), (x, np.empty(9, np.float32), ValueError)):
+        for _ in range(2):
+            with pytest.raises(error):
+                run(bad_x, bad_y)
+    y2 = np.empty(8, np.float32)
+    run(x.copy(), y2)
+    assert np.array_equal(y2, first)
 
 
 def test_one_thread_compiles_the_serial_twin_cached_under_its_own_name():
