@@ -28,17 +28,19 @@ numba compiles :func:`gemv_streams` once per tag type, with everything above inl
 skeleton in the source, one specialised loop per (layout, tier, width) in the machine code.
 
 A call allocates nothing: the quantized activations, the layout's scratch and each chunk's accumulators
-live in a workspace allocated when the kernel is bound (:func:`work_layout`). A bound call passes x and y as
-arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored) as
-addresses and sizes (:func:`bind`, :func:`_gemv_at`), since unboxing an array costs far more than an integer
-after a cache flush (a tuple is unboxed item by item, so it is no way round). Both are what a small shape
-pays after a flush: measured on Zen 4, 1 thread, each call after a 64 MiB flush, an empty function of two
-arrays 7.0 us, of five arrays 9.2 us, of a tuple (array, int) and two arrays 10.5 us; quantizing K=1024
-into new arrays 4.9 us above an empty call, into kept ones 1.2 us; and on Zen 4 again (2026-12-04,
-interleaved, 15 rounds of 20 cold calls, medians), the six fixed arrays passed by address instead of as
-arrays: 16x128 calls 1.7-3.3 us faster at 1 and 2 threads, 1024x1024 ones 1.6-2.9 us. A bound kernel is
-therefore not reentrant: two calls at once on one binding would share its workspace (gemvbw calls one at a
-time).
+live in a workspace allocated when the kernel is bound (:func:`work_layout`), so a bound kernel is not
+reentrant: two calls at once on one binding would share it (gemvbw calls one at a time). A bound call passes x and y as
+arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored, block
+and chunks) as the address of one frame of integers (:func:`bind`, :func:`_gemv_at`), since after a cache
+flush unboxing an array costs far more than an integer, and even integers add up (a tuple is unboxed item by
+item, so it is no way round). Both are what a small shape pays after a flush: measured on Zen 4, 1 thread,
+each call after a 64 MiB flush, an empty function of two arrays 7.0 us, of five arrays 9.2 us, of a tuple
+(array, int) and two arrays 10.5 us; quantizing K=1024 into new arrays 4.9 us above an empty call, into kept
+ones 1.2 us. On Zen 4 again, interleaved, 15 rounds of 20 cold calls, medians: the six fixed arrays passed by
+address instead of as arrays made 16x128 calls 1.7-3.3 us faster at 1 and 2 threads, 1024x1024 ones 1.6-2.9 us
+(2026-12-04); their fourteen addresses and sizes passed as one frame instead of as arguments, and x and y
+checked only when they change (:func:`gemvbw.kernels.check_xy`), made a 16x128 w4 call 15.9 -> 7.9 us and
+1024x1024 w4 ones 36-38 -> 30-31 us at 1 thread, 40-42 -> 32-35 us at 2 (2026-12-05).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ import numba
 import numpy as np
 from numba import carray, njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
-from numba.np.numpy_support import as_dtype
+from numba.extending import (NativeValue, intrinsic, models, overload, register_model, typeof_impl,
+                             unbox)
 
 from gemvbw.kernels import w2 as _w2
 from gemvbw.kernels import w3 as _w3
@@ -152,9 +154,10 @@ def bind(args: tuple):
     """run(x, y) of :func:`gemv_streams` on a layout's ``kernel_args`` (whose x and y give the types it is
     compiled for), for either layout. Not reentrant: its calls share the workspace in ``args``.
 
-    The call passes the six arrays fixed at binding (copy, metadata, workspace, codes, scale, offset) as
-    their addresses and sizes, and only x and y as arrays: see :func:`_gemv_at`. ``run`` keeps ``args``,
-    so those arrays live as long as it does."""
+    The call passes five things: the tag, the fixed arrays' element types (:class:`ArrayKinds`, nothing at
+    run time), the address of a frame of integers (the six arrays fixed at binding as addresses and sizes,
+    block and chunks) and x and y as arrays: see :func:`_gemv_at`. ``run`` keeps ``args`` and the frame,
+    so the arrays live as long as it does."""
     from gemvbw.kernels import check_xy, compiled
 
     tag, copy, meta, work, codes, scale, offset, x, block, y, chunks = args
@@ -163,19 +166,21 @@ def bind(args: tuple):
             raise ValueError("a kernel's fixed arrays must be C-contiguous")
     if codes.dtype != np.uint8 or work.dtype != np.uint8 or offset.dtype != scale.dtype:
         raise TypeError("codes and the workspace are uint8, offset has scale's type")
-    head = (tag, _address_of(copy), copy.size, copy.dtype.type(0), _address_of(meta), meta.size,
-            meta.dtype.type(0), _address_of(work), work.size, _address_of(codes), codes.shape[0], codes.shape[1],
-            _address_of(scale), _address_of(offset), scale.shape[1], scale.dtype.type(0))
+    kinds = ArrayKinds(copy.dtype, meta.dtype, scale.dtype)
+    frame = np.array([_address_of(copy), copy.size, _address_of(meta), meta.size, _address_of(work), work.size,
+                      _address_of(codes), codes.shape[0], codes.shape[1], _address_of(scale), _address_of(offset),
+                      scale.shape[1], block, chunks], np.int64)
+    frame_at = _address_of(frame)
     entry = _gemv_at_serial if numba.get_num_threads() == 1 else _gemv_at
-    call = compiled(entry, *head, x, block, y, chunks)
+    call = compiled(entry, tag, kinds, frame_at, x, y)
     K, M, checked = x.shape[0], y.shape[0], [None, None]
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         if x is not checked[0] or y is not checked[1]:
             check_xy(x, y, K, M, checked)
-        call(*head, x, block, y, chunks)
+        call(tag, kinds, frame_at, x, y)
 
-    run.args = args  # what the addresses point into, kept alive with the binding
+    run.args, run.frame = args, frame  # what the addresses point into, kept alive with the binding
     return run
 
 
@@ -245,6 +250,34 @@ def gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunk
 
 # --- the call: arrays fixed at binding passed by address ------------------------------------------
 
+class ArrayKinds:
+    """The element types of a binding's copy, metadata and scales, as an argument that passes nothing at run
+    time: its numba type carries them (a numpy scalar of each type, as these were passed before, is unboxed
+    on every call)."""
+
+    def __init__(self, copy, meta, scale):
+        self.names = (np.dtype(copy).str, np.dtype(meta).str, np.dtype(scale).str)
+
+
+class ArrayKindsType(types.Type):
+    def __init__(self, names: tuple[str, str, str]):
+        self.names = names
+        super().__init__(name=f"ArrayKinds({','.join(names)})")
+
+
+@typeof_impl.register(ArrayKinds)
+def _typeof_kinds(val, c):
+    return ArrayKindsType(val.names)
+
+
+register_model(ArrayKindsType)(models.OpaqueModel)
+
+
+@unbox(ArrayKindsType)
+def _unbox_kinds(typ, obj, c):
+    return NativeValue(c.context.get_dummy_value())  # the type is the value
+
+
 @intrinsic
 def _voidptr(typingctx, address):
     def codegen(context, builder, sig, args):
@@ -252,35 +285,43 @@ def _voidptr(typingctx, address):
     return types.voidptr(address), codegen
 
 
-def _array_at(address, shape, kind):  # pragma: no cover - replaced by the overload inside numba
+def _array_at(address, shape, kinds, which):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(_array_at, inline="always")
-def _array_at_impl(address, shape, kind):
-    dtype = as_dtype(kind)  # a scalar of the array's type says which
-    return lambda address, shape, kind: carray(_voidptr(address), shape, dtype)
+@overload(_array_at, inline="always", prefer_literal=True)
+def _array_at_impl(address, shape, kinds, which):
+    """An array at an address: its element type one of ``kinds``' (``which``-th) or named by a literal."""
+    if isinstance(which, types.IntegerLiteral) and isinstance(kinds, (ArrayKindsType, types.StringLiteral)):
+        name = kinds.names[which.literal_value] if isinstance(kinds, ArrayKindsType) else kinds.literal_value
+        dtype = np.dtype(name)
+        return lambda address, shape, kinds, which: carray(_voidptr(address), shape, dtype)
 
 
-# Each array argument is unboxed per call (its object, shape and strides read, a reference made and
-# dropped), which after a cache flush costs about 0.7 us an array on Zen 4 (an empty function of two arrays
-# 7.0 us, of five 9.2 us); an integer or a scalar costs next to nothing. So the six arrays a binding fixes
-# arrive as addresses and sizes (and a scalar of each one's type), the binding holding the arrays, and are
-# made arrays again here, without a copy or a reference count.
+# Each argument is unboxed per call, which after a cache flush is not free: an array (its object, shape and
+# strides read, a reference made and dropped) about 0.7 us on Zen 4 (an empty function of two arrays 7.0 us,
+# of five 9.2 us), and even an integer about 0.1 us (an empty function of 18 integers and two arrays 5.9 us,
+# of two arrays alone 3.6 us, 2026-12-05). So everything fixed at binding arrives as the address of one
+# frame of integers (the six arrays' addresses and sizes, block, chunks), the binding holding the arrays,
+# and the arrays are made again here, without a copy or a reference count.
+FRAME_ITEMS = 14
+
+
 @njit(inline="always")
-def _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M, row_bytes,
-                  scale_at, offset_at, nb, meta_value_kind):
-    return (_array_at(copy_at, copy_n, copy_kind), _array_at(meta_at, meta_n, meta_kind),
-            _array_at(work_at, work_n, np.uint8(0)), _array_at(codes_at, (M, row_bytes), np.uint8(0)),
-            _array_at(scale_at, (M, nb), meta_value_kind), _array_at(offset_at, (M, nb), meta_value_kind))
+def _unframe(kinds, frame_at):
+    f = _array_at(frame_at, FRAME_ITEMS, "<i8", 0)
+    copy = _array_at(f[0], f[1], kinds, 0)
+    meta = _array_at(f[2], f[3], kinds, 1)
+    work = _array_at(f[4], f[5], "|u1", 0)
+    codes = _array_at(f[6], (f[7], f[8]), "|u1", 0)
+    scale = _array_at(f[9], (f[7], f[11]), kinds, 2)
+    offset = _array_at(f[10], (f[7], f[11]), kinds, 2)
+    return copy, meta, work, codes, scale, offset, f[12], f[13]
 
 
 @njit(cache=True)
-def _gemv_at(tag, copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M, row_bytes,
-             scale_at, offset_at, nb, meta_value_kind, x, block, y, chunks):
-    copy, meta, work, codes, scale, offset = _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind,
-                                                           work_at, work_n, codes_at, M, row_bytes, scale_at,
-                                                           offset_at, nb, meta_value_kind)
+def _gemv_at(tag, kinds, frame_at, x, y):
+    copy, meta, work, codes, scale, offset, block, chunks = _unframe(kinds, frame_at)
     gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
 
 
@@ -289,9 +330,6 @@ _gemv_streams_serial = serial_twin(gemv_streams)
 
 
 @njit(cache=True)
-def _gemv_at_serial(tag, copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind, work_at, work_n, codes_at, M,
-                    row_bytes, scale_at, offset_at, nb, meta_value_kind, x, block, y, chunks):
-    copy, meta, work, codes, scale, offset = _fixed_arrays(copy_at, copy_n, copy_kind, meta_at, meta_n, meta_kind,
-                                                           work_at, work_n, codes_at, M, row_bytes, scale_at,
-                                                           offset_at, nb, meta_value_kind)
+def _gemv_at_serial(tag, kinds, frame_at, x, y):
+    copy, meta, work, codes, scale, offset, block, chunks = _unframe(kinds, frame_at)
     _gemv_streams_serial(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
