@@ -29,8 +29,8 @@ skeleton in the source, one specialised loop per (layout, tier, width) in the ma
 
 A call allocates nothing: the quantized activations, the layout's scratch and each chunk's accumulators
 live in a workspace allocated when the kernel is bound (:func:`work_layout`), so a bound kernel is not
-reentrant: two calls at once on one binding would share it (gemvbw calls one at a time). A bound call passes x and y as
-arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored, block
+reentrant: two calls at once on one binding would share it (gemvbw calls one at a time). A bound call passes
+x and y as arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored, block
 and chunks) as the address of one frame of integers (:func:`bind`, :func:`_gemv_at`), since after a cache
 flush unboxing an array costs far more than an integer, and even integers add up (a tuple is unboxed item by
 item, so it is no way round). Both are what a small shape pays after a flush: measured on Zen 4, 1 thread,
