@@ -2,7 +2,7 @@
 on the tiny matrix of its fixed cost, beside a plain read of the same bytes.
 
     python benchmarks/call_cost.py [--shape 1024x1024] [--threads 1] [--bits 8] [--rounds 15]
-                                   [--variants packed-16c4-avx512vnni-zmm,packed-8c4-avxvnni] [--flush-mib 64]
+                                   [--variants packed-16c4-avx512vnni-zmm,packed-8c4-avxvnni] [--flush-mib N]
 
 For each variant (default: every int8 variant of the width this CPU runs), interleaved round by round in a
 rotated order, 20 calls each per round, the medians of:
@@ -35,7 +35,7 @@ from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.runner import fixed_cost_call
 from gemvbw.settings import SettingsError, parse_shape
-from wall import read_runs, verified_runs  # benchmarks/, on sys.path when this script runs
+from wall import SWEEP_FLUSH_MIB, read_runs, verified_runs  # benchmarks/, on sys.path when this script runs
 
 
 class FlushThenCall:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bits", type=int, choices=(8, 4, 3, 2), default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--variants", default="", help="comma-separated int8 variants (default: all this CPU runs)")
-    ap.add_argument("--flush-mib", type=int, default=64)
+    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB, help="default: the sweep's on this machine")
     args = ap.parse_args(argv)
     try:
         M, K = parse_shape(args.shape, "--shape")

@@ -14,7 +14,7 @@ loop, in the skeleton's order (step s of every stream, then s + 1), with nothing
 quantizing, no leftovers, no call. It prints, per width, the median over ``--rounds`` of the nanoseconds
 per 1024 weights, and what that makes for the whole of ``--shape`` at one thread: the compute floor of a
 cold call there. With ``--read`` it also times a plain read of each width's bytes at that shape at one
-thread (after a 64 MiB flush, the fastest of the read roofline's 1, 4 and 8 streams, median of
+thread (after the sweep's default flush, the fastest of the read roofline's 1, 4 and 8 streams, median of
 ``--rounds``), to set the two side by side. Where the floor is near the read, the kernel cannot reach the
 wall at one thread on this core whatever its memory access, and the figure to improve is the loop's; at T
 threads each core has 1/T of the rows, so the floor divides by T (cores do not share their vector units).

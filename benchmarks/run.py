@@ -21,7 +21,8 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    machine.
    It uses as many threads as the machine has CPUs. Build ggml yourself (nothing here builds it).
 6. with --mnn-bin, MNN's own `run_test.out speed/GemvBW 0 2 <threads>` (block 64, cold cache,
-   best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, also twice, at the
+   best of 3 x 200) on each shape through MNN_GEMVBW_M/K and each thread count, with gemvbw's flush through
+   MNN_GEMVBW_FLUSH_MIB (a build without that line flushes 64 MiB, and the output says so), also twice, at the
    same points, for a cold-against-cold side-by-side; each of those runs between two `gemvbw roofline`
    reads at its thread count, against which MNN's GB/s is set (the bandwidth of its own minutes).
    Build MNN yourself with -DMNN_BUILD_TEST=ON -DMNN_LOW_MEMORY=ON (and -DMNN_AVX512=ON on a CPU with
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gemvbw.metrics import logical_bytes
+from gemvbw.settings import default_flush_mib, machine_llc_bytes
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
@@ -57,6 +59,8 @@ GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "
               "q2_K": (84, 256, 2)}  # bytes per super-block, weights per super-block, comparable gemvbw width
 MNN_LINE = re.compile(r"^w(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)",
                       re.M)  # type | thr | us/iter | W MiB | bytes/elem | eff GB/s
+MNN_FLUSH_LINE = re.compile(r"^cold cache: (\d+) MiB flush before each iter", re.M)
+SWEEP_FLUSH_MIB = default_flush_mib(machine_llc_bytes())  # what gemvbw's sweeps flush here (no --flush-mib)
 GGML_LINE = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),.*?([\d.]+) us/run")
 
 PEERS = """Peer figures quoted from the issue that asked for this comparison (measured on a 2-core AMD EPYC
@@ -99,13 +103,25 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     4096x14336) prints another shape in its header, and its figures are then left out."""
     M, K = shape.split("x")
     cmd = [binary, "speed/GemvBW", "0", "2", str(threads)]
-    print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K}", " ".join(cmd), file=sys.stderr, flush=True)
-    env = {**os.environ, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K}
+    flush = str(SWEEP_FLUSH_MIB)
+    print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K} MNN_GEMVBW_FLUSH_MIB={flush}", " ".join(cmd), file=sys.stderr,
+          flush=True)
+    env = {**os.environ, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K, "MNN_GEMVBW_FLUSH_MIB": flush}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(binary).parent, env=env).stdout
     if f"W({M}x{K})" not in out:
         print(f"  MNN ran another shape than {shape}: its figures are left out", file=sys.stderr)
         return out, {}
+    if mnn_flush_mib(out) != SWEEP_FLUSH_MIB:
+        print(f"  MNN flushed {mnn_flush_mib(out)} MiB before each call, gemvbw {SWEEP_FLUSH_MIB}: a build without "
+              "the MNN_GEMVBW_FLUSH_MIB line (benchmarks/peers/README.md)", file=sys.stderr)
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
+
+
+def mnn_flush_mib(out: str) -> int:
+    """The flush MNN's test made before each call: what a build with the MNN_GEMVBW_FLUSH_MIB line prints, or
+    the 64 MiB its published test hard-codes."""
+    m = MNN_FLUSH_LINE.search(out)
+    return int(m.group(1)) if m else 64
 
 
 class MnnPass(NamedTuple):
@@ -124,6 +140,16 @@ def read_now(threads: int) -> float:
         print("+", " ".join(cmd[2:]), file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())["rooflines"][-1]["read_gbps"]
+
+
+def mnn_flush_note(runs: list[MnnPass]) -> str:
+    """How both sides flushed, for the side-by-side's text."""
+    flushes = sorted({mnn_flush_mib(out) for run in runs for out, _ in run.shapes.values()})
+    if flushes == [SWEEP_FLUSH_MIB]:
+        return f"a {SWEEP_FLUSH_MIB} MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
+    return (f"gemvbw reads {SWEEP_FLUSH_MIB} MiB before every call, MNN "
+            f"{'/'.join(map(str, flushes))} MiB: its build lacks the MNN_GEMVBW_FLUSH_MIB line, and a smaller "
+            "flush can leave part of its matrix cached")
 
 
 def mnn_pass(binary: str, threads: int) -> MnnPass:
@@ -472,7 +498,8 @@ def main() -> int:
             lines += [f"### Side by side with MNN, {t} thread(s)", "",
                       f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before gemvbw's sweeps and "
                       "between its two int8 runs; the better of its two latencies is shown, beside gemvbw's better. "
-                      "Both are cold (a 64 MiB read before every call) and count the same bytes (MNN's formula, fp16 metadata); a ratio above 1: MNN takes "
+                      f"Both are cold ({mnn_flush_note(mnn_runs[t])}) and count the same bytes (MNN's formula, fp16 "
+                      "metadata); a ratio above 1: MNN takes "
                       "longer than gemvbw. This host's bandwidth moves from minute to minute, so each side is also "
                       "set against its own minutes: gemvbw's row against its sweep's read roofline, MNN's against "
                       "two reads (`gemvbw roofline`) taken just before and just after the MNN run that gave it, "

@@ -15,8 +15,8 @@ and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` an
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
 each variant, checks that they all give the same y bit for bit and that it matches the numpy reference, and
 times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
-of the same bytes (1, 4 and 8 streams per thread), each call after a 64 MiB flush, 20 calls per round; it
-prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
+of the same bytes (1, 4 and 8 streams per thread), each call after the sweep's default flush, 20 calls per
+round; it prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
 and more than once.
 """
 
@@ -32,7 +32,7 @@ from gemvbw import kernels, system
 from gemvbw.kernels import tile
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.verify import reference_gemv, relative_error
-from wall import interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
+from wall import SWEEP_FLUSH_MIB, interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
 
 OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality", "split": "w3_split"}
 
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     numba.set_num_threads(args.threads)
     print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, {args.format} kernels of tier "
           f"{args.tier}, cold "
-          f"(64 MiB flush), median of {args.rounds} interleaved rounds of 20 calls; % of the fastest read")
+          f"({SWEEP_FLUSH_MIB} MiB flush), median of {args.rounds} interleaved rounds of 20 calls; % of the fastest read")
     for bits in map(int, args.bits.split(",")):
         med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds, fmt=args.format)
         wall = min(us for n, us in med.items() if n.startswith("read"))

@@ -1,17 +1,17 @@
 """Each int8 tier against the memory wall measured the way the kernels are: a plain read of the same bytes.
 
-    python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--flush-mib 64]
+    python benchmarks/wall.py [--shape 4096x14336] [--threads 2] [--rounds 9] [--bits 8,4,3,2] [--flush-mib N]
                               [--md PATH]
-    python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib 64]
-    python benchmarks/wall.py --latency-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib 64] [--md PATH]
+    python benchmarks/wall.py --read-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib N]
+    python benchmarks/wall.py --latency-ratios [--shape ...] [--threads 2] [--rounds 9] [--flush-mib N] [--md PATH]
 
 The sweep's read roofline is taken once, at the start, over a 256 MiB buffer with no flush.
 On a shared machine the bandwidth moves while a sweep runs (seen here: 30 and 57 GB/s within
 minutes), so a kernel's %read can mislead. This script times, in one process and interleaved
 round by round (each round in a rotated order), every int8 tier and a multithreaded read of
-exactly the kernel's logical bytes, each after the same flush (64 MiB, the sweep's and MNN's default;
---flush-mib sets it: on a CPU whose last-level cache is not well under the flush, part of a matrix can
-survive it, and a flush of twice the L3 tells how much that counts), 20 calls per round, and
+exactly the kernel's logical bytes, each after the same flush (the sweep's default: 64 MiB, MNN's, or
+four times the last-level cache where that is more, since part of a matrix outlived a flush of twice the
+L3; --flush-mib sets another), 20 calls per round, and
 reports the medians and each tier's share of the read: how close the kernel is to the wall
 it actually had. The read is taken as the sweep's roofline takes it: one sequential stream per
 thread, and 4 and 8 streams per thread, each timed in the rotation, the fastest median being
@@ -45,12 +45,14 @@ import numpy as np
 from gemvbw import kernels, system
 from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.metrics import logical_bytes
+from gemvbw.quant import random_activations, random_quantized
+from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
+from gemvbw.settings import default_flush_mib, machine_llc_bytes
+from gemvbw.verify import reference_gemv, verify
 
 # the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
 LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
-from gemvbw.quant import random_activations, random_quantized
-from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
-from gemvbw.verify import reference_gemv, verify
+SWEEP_FLUSH_MIB = default_flush_mib(machine_llc_bytes())  # what `gemvbw sweep` flushes here unless told
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
@@ -66,7 +68,7 @@ def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
 
 
 def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, calls: int = 20,
-                        flush_mib: int = 64) -> dict[str, float]:
+                        flush_mib: int = SWEEP_FLUSH_MIB) -> dict[str, float]:
     """Median cold latency (us) of each run: every round times ``calls`` calls of each, each after a
     ``flush_mib`` MiB flush, in an order rotated by one per round, so that a bandwidth drifting during the
     rounds is shared."""
@@ -99,7 +101,7 @@ def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[st
 
 
 def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 20,
-            flush_mib: int = 64) -> dict[str, float]:
+            flush_mib: int = SWEEP_FLUSH_MIB) -> dict[str, float]:
     """Median cold latency (us) per tier and of the plain read with s streams per thread ('read s'), interleaved."""
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
@@ -108,7 +110,7 @@ def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 2
     return interleaved_medians(runs, rounds, calls, flush_mib) | {"_bytes": qm.logical_bytes}
 
 
-def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int, flush_mib: int = 64) -> list[str]:
+def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int, flush_mib: int = SWEEP_FLUSH_MIB) -> list[str]:
     """Markdown lines: each width's plain read (fastest way, median, interleaved with every other width's) and
     its latency and bytes against w8's."""
     nbytes = {b: logical_bytes(M, K, b, 64, 2) for b in widths}
@@ -127,7 +129,7 @@ def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int, fl
 
 
 def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
-                   flush_mib: int = 64) -> list[str]:
+                   flush_mib: int = SWEEP_FLUSH_MIB) -> list[str]:
     """Markdown lines: every width's verified int8 variants and plain reads of its bytes, all interleaved in the
     same rounds; per width its fastest read and fastest variant (medians), and each against w8's. Every width's
     matrix and repacked copies are held at once (about 0.5 GB at 4096x14336 for w8..w2): interleaving needs them
@@ -174,8 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=len(system.affinity()))
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--bits", default="8,4,3,2")
-    ap.add_argument("--flush-mib", type=int, default=64,
-                    help="MiB read before every call (default 64, the sweep's; twice the L3 for a colder start)")
+    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB,
+                    help=f"MiB read before every call (default {SWEEP_FLUSH_MIB}, the sweep's on this machine)")
     ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
     ap.add_argument("--read-ratios", action="store_true",
                     help="time only plain reads of each width's bytes, interleaved across widths (see above)")

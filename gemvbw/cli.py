@@ -173,7 +173,7 @@ def main() -> None:
               help="Pin the run to these CPUs (e.g. 6,7 or 4-7), like taskset; see gemvbw info for the fastest cluster.")
 @click.option("--iters", metavar="INT", help="Timed calls per group (default 200; env MNN_GEMVBW_ITERS).")
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is reported (default 3; env MNN_GEMVBW_REPS).")
-@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each timed call; 0 = warm cache (default 64).")
+@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each timed call; 0 = warm cache (default: 64, or 4x the last-level cache where that is more).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset: 2 = fp16 (default), 4 = fp32.")
 @click.option("--act", type=click.Choice(["auto", "f32", "i8"]), default=None,
               help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
@@ -282,7 +282,7 @@ def sweep(fmt: str, **flags) -> None:
 @click.option("--cpus", metavar="LIST", help="Pin to these CPUs first, like taskset.")
 @click.option("--iters", metavar="INT", help="Timed calls per group (default 100; env MNN_GEMVBW_ITERS).")
 @click.option("--reps", metavar="INT", help="Groups; the best group mean is used (default 3).")
-@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
+@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default: 64, or 4x the last-level cache where that is more).")
 @click.option("--meta-bytes", "meta_bytes", metavar="2|4", help="Bytes per scale/offset (default 2).")
 @click.option("--act", type=click.Choice(["auto", "f32", "i8"]), default=None,
               help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
@@ -428,7 +428,7 @@ def info(fmt: str, root: str) -> None:
               help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
 @click.option("--kernel", default=None, metavar="auto|NAME",
               help="Kernel variant (default auto: the fastest verified one); or a name (see gemvbw info).")
-@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default 64).")
+@click.option("--flush-mib", "flush_mib", metavar="INT", help="MiB read before each call (default: 64, or 4x the last-level cache where that is more).")
 @click.option("--recalibrate", is_flag=True, default=None,
               help="--kernel auto: measure the choice again on this machine, replacing the cached one.")
 @click.option("--seconds", default=60.0, show_default=True, type=click.FloatRange(min=1.0),

@@ -45,8 +45,32 @@ EXAMPLES = {
 
 DEFAULTS = {
     "M": 4096, "K": 14336, "bits": (8, 4, 3, 2), "block": 64, "iters": 200, "reps": 3,
-    "flush_mib": 64, "meta_bytes": 2, "seed": 0, "act": "auto", "kernel": "auto",
-}
+    "flush_mib": None, "meta_bytes": 2, "seed": 0, "act": "auto", "kernel": "auto",
+}  # flush_mib None: by the last-level cache, default_flush_mib()
+
+# The cache flush before each cold call: MNN's 64 MiB, or four times the last-level cache where that is more.
+# Twice was not enough: on Zen 4 (32 MiB L3, 1 thread, 2026-12-05) a plain read of 15 MiB after a 64 MiB flush
+# ran at 37.8 GB/s against 32.2-32.4 after 128 or 512 MiB, and of 56 MiB (4096x14336 w8) 35.1 against
+# 33.1-33.4: lines outlive a read-only flush of twice the L3 (its replacement is not LRU), and the kernels'
+# figures with them. Four times read the same as sixteen.
+FLUSH_MIN_MIB = 64
+FLUSH_LLC_FACTOR = 4
+THIS_MACHINE = object()  # resolve(llc_bytes=...): read the last-level cache from /sys
+
+
+def default_flush_mib(llc_bytes: int | None) -> int:
+    """The flush, in MiB, a run uses unless told: FLUSH_MIN_MIB, or FLUSH_LLC_FACTOR times the last-level
+    cache (``llc_bytes``; None when unknown) where that is larger."""
+    if not llc_bytes:
+        return FLUSH_MIN_MIB
+    return max(FLUSH_MIN_MIB, FLUSH_LLC_FACTOR * -(-llc_bytes // (1 << 20)))
+
+
+def machine_llc_bytes() -> int | None:
+    """This machine's last-level cache in bytes, from /sys; None when it cannot be read."""
+    llc = system.last_level_cache_bytes()
+    return None if isinstance(llc, system.Unknown) else llc
+
 
 # what the roofline needs at once: memcpy source + destination (the read buffer comes later)
 ROOFLINE_BYTES = 2 * (256 << 20)
@@ -168,12 +192,15 @@ def resolve(
     available_bytes: int | None = None,
     thread_limit: int | None = None,
     defaults: Mapping[str, object] | None = None,
+    llc_bytes: object = THIS_MACHINE,
 ) -> Settings:
     """Build Settings from raw flag values (strings or None) and the environment.
 
     ``cpus`` is the affinity mask (what taskset set); ``available_bytes`` the
-    memory psutil reports. Both default to this process's. ``defaults``: a command's
-    own defaults (soak's one width), below flags and variables like DEFAULTS.
+    memory psutil reports; ``llc_bytes`` the last-level cache (None: unknown), which
+    sets the default flush unless ``--llc-mib`` gives it. All default to this
+    process's. ``defaults``: a command's own defaults (soak's one width), below
+    flags and variables like DEFAULTS.
     """
     environ = os.environ if environ is None else environ
     default = {**DEFAULTS, **(defaults or {})}
@@ -202,6 +229,9 @@ def resolve(
 
     raw, env = pick("llc_mib")
     values["llc_mib"] = None if raw is None else parse_int("llc_mib", raw, env)
+    if values["flush_mib"] is None:
+        llc = machine_llc_bytes() if llc_bytes is THIS_MACHINE else llc_bytes
+        values["flush_mib"] = default_flush_mib(llc if values["llc_mib"] is None else values["llc_mib"] << 20)
     raw, env = pick("max_seconds")
     values["max_seconds"] = 0.0 if raw is None else parse_seconds(raw)
     values["compare_warm"] = bool(flags.get("compare_warm"))
@@ -375,8 +405,7 @@ def check_memory(s: Settings, available: int | None) -> None:
     """Refuse a run that would not fit, naming what would: the shape, a width, or the flush buffer."""
     if available is None:
         return
-    llc = system.last_level_cache_bytes()
-    llc = None if isinstance(llc, system.Unknown) else llc
+    llc = machine_llc_bytes()
     if (s.flush_mib << 20) + VERIFY_BYTES > available:
         raise SettingsError("--flush-mib", f"a {s.flush_mib} MiB flush buffer does not fit in the {available / 1e9:.1f} GB "
                                            f"available; use e.g. --flush-mib {max(1, 2 * (llc or 32 << 20) >> 20)}")

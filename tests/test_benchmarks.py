@@ -187,7 +187,7 @@ def test_latency_ratios_set_each_widths_fastest_kernel_and_read_against_w8s(load
 
     def medians(runs, rounds, flush_mib=64):  # fixed figures in place of timing
         timed.update(runs)
-        assert flush_mib == 64  # the sweep's flush unless asked
+        assert flush_mib == wall.SWEEP_FLUSH_MIB  # the sweep's flush on this machine unless asked
         return {name: figures[name] for name in runs}
 
     monkeypatch.setattr(wall, "interleaved_medians", medians)
@@ -386,3 +386,30 @@ def test_hot_loop_lists_the_tiers_asked_for(hot_loop, monkeypatch):
         ("packed-4x2-avx2", "4x2", "avx2")]
     assert hot_loop.variants_here("avx2", None) == [("packed-4x2-avx2", "4x2", "avx2")]
     assert hot_loop.variants_here(None, "c4") == [("packed-16c4-avx512vnni-zmm", "c4", "avx512vnni-zmm")]
+
+
+def test_mnn_flush_is_read_from_its_output_and_is_64_without_the_line(run):
+    table = "## GEMV: y = W(64x128) * x(128), block=64\ncold cache: 128 MiB flush before each iter\ntype | thr\n"
+    assert run.mnn_flush_mib(table) == 128
+    assert run.mnn_flush_mib("## GEMV: y = W(64x128) * x(128), block=64\ntype | thr\n") == 64
+
+
+def test_run_mnn_passes_the_sweeps_flush_to_mnn(run, monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, capture_output, text, check, cwd, env):
+        seen.update(env)
+        out = (f"## GEMV: y = W(64x128) * x(128), block=64\ncold cache: {env['MNN_GEMVBW_FLUSH_MIB']} MiB flush "
+               "before each iter\nw4   |   1 |      12.5 |    0.0 |     0.5000 |      0.4 |   1.0 |     1.3 |      2.00\n")
+        return type("Done", (), {"stdout": out})()
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    monkeypatch.setattr(run, "SWEEP_FLUSH_MIB", 96)
+    out, widths = run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128")
+    assert (seen["MNN_GEMVBW_M"], seen["MNN_GEMVBW_K"], seen["MNN_GEMVBW_FLUSH_MIB"]) == ("64", "128", "96")
+    assert widths == {4: 12.5} and run.mnn_flush_mib(out) == 96
+    passes = [run.MnnPass({"64x128": (out, widths)}, (1.0, 1.0))]
+    assert run.mnn_flush_note(passes) == "a 96 MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
+    old = [run.MnnPass({"64x128": (out.replace("cold cache: 96 MiB flush before each iter\n", ""), widths)},
+                       (1.0, 1.0))]
+    assert run.mnn_flush_note(old).startswith("gemvbw reads 96 MiB before every call, MNN 64 MiB: its build lacks")

@@ -208,7 +208,15 @@ def test_llc_override_and_small_flush_warning():
     doc = json.loads(res.stdout)
     assert doc["system"]["llc_bytes_used"] == 8 << 20
     warn = [w for w in doc["warnings"] if w["code"] == "flush-small"]
-    assert warn and "from --llc-mib" in warn[0]["message"] and "--flush-mib 16" in warn[0]["advice"]
+    assert warn and "from --llc-mib" in warn[0]["message"] and "--flush-mib 64" in warn[0]["advice"]
+
+
+def test_the_default_flush_is_four_times_the_last_level_cache_where_that_is_over_64_mib():
+    res = run(["sweep", "--M", "64", "--K", "256", "--iters", "2", "--reps", "1", "--threads", "1", "--bits", "8",
+               "--llc-mib", "40", "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["settings"]["flush_mib"] == 160
+    assert "flush-small" not in {w["code"] for w in doc["warnings"]}
 
 
 def test_max_seconds_adds_groups_until_stable_or_time_is_up():

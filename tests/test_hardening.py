@@ -484,7 +484,8 @@ def test_fp16_metadata_that_cannot_hold_the_weights_is_refused_with_advice():
 def test_memory_counts_the_weights_their_temporary_and_repacked_copies():
     from gemvbw import kernels, settings as st
 
-    s = st.resolve({"M": "65536", "K": "14336", "bits": "8", "act": "f32"}, environ={}, cpus=[0], available_bytes=1 << 40)
+    s = st.resolve({"M": "65536", "K": "14336", "bits": "8", "act": "f32"}, environ={}, cpus=[0], available_bytes=1 << 40,
+                   llc_bytes=None)  # the 64 MiB flush
     w8 = 65536 * 14336 + 2 * 65536 * 224 * 2
     assert st.copies_held(8, 64, "f32") == 2  # the codes and the temporary they were generated in
     assert st.sweep_bytes(s)[0] == 2 * w8 + 8 * (65536 + 14336) * 4 + (64 << 20) + st.VERIFY_BYTES

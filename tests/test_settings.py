@@ -10,8 +10,8 @@ CPUS = [0, 1]
 PLENTY = 1 << 40
 
 
-def make(flags=None, env=None, cpus=CPUS, available=PLENTY):
-    return resolve(flags or {}, env or {}, cpus=cpus, available_bytes=available)
+def make(flags=None, env=None, cpus=CPUS, available=PLENTY, llc=16 << 20):
+    return resolve(flags or {}, env or {}, cpus=cpus, available_bytes=available, llc_bytes=llc)
 
 
 def test_defaults():
@@ -19,6 +19,22 @@ def test_defaults():
     assert (s.M, s.K, s.bits, s.block, s.iters, s.reps) == (4096, 14336, (8, 4, 3, 2), 64, 200, 3)
     assert (s.flush_mib, s.meta_bytes, s.act, s.kernel) == (64, 2, "auto", "auto")
     assert s.threads == len(CPUS)
+
+
+@pytest.mark.parametrize("llc,flush", [
+    (None, 64),  # unknown: MNN's 64
+    (8 << 20, 64), (16 << 20, 64),  # four times is at most 64
+    (32 << 20, 128), (105 << 20, 420),
+    ((33 << 20) + 1, 136),  # a cache not a whole number of MiB counts as the next MiB
+])
+def test_the_default_flush_is_64_mib_or_four_times_the_last_level_cache(llc, flush):
+    assert make(llc=llc).flush_mib == flush
+
+
+def test_the_flush_follows_llc_mib_and_a_given_flush_wins():
+    assert make({"llc_mib": "40"}, llc=8 << 20).flush_mib == 160  # --llc-mib over what /sys says
+    assert make({"llc_mib": "40", "flush_mib": "64"}, llc=None).flush_mib == 64
+    assert make({"flush_mib": "0"}, llc=32 << 20).flush_mib == 0  # warm, as asked
 
 
 def test_environment_overrides_defaults():
