@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gemvbw.metrics import logical_bytes
-from gemvbw.settings import default_flush_mib, machine_llc_bytes
+from gemvbw.settings import machine_flush_mib
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
@@ -60,7 +60,7 @@ GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "
 MNN_LINE = re.compile(r"^w(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)",
                       re.M)  # type | thr | us/iter | W MiB | bytes/elem | eff GB/s
 MNN_FLUSH_LINE = re.compile(r"^cold cache: (\d+) MiB flush before each iter", re.M)
-SWEEP_FLUSH_MIB = default_flush_mib(machine_llc_bytes())  # what gemvbw's sweeps flush here (no --flush-mib)
+SWEEP_FLUSH_MIB = machine_flush_mib()  # what gemvbw's sweeps flush here (no --flush-mib)
 GGML_LINE = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),.*?([\d.]+) us/run")
 
 PEERS = """Peer figures quoted from the issue that asked for this comparison (measured on a 2-core AMD EPYC
@@ -111,8 +111,8 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     if f"W({M}x{K})" not in out:
         print(f"  MNN ran another shape than {shape}: its figures are left out", file=sys.stderr)
         return out, {}
-    if mnn_flush_mib(out) != SWEEP_FLUSH_MIB:
-        print(f"  MNN flushed {mnn_flush_mib(out)} MiB before each call, gemvbw {SWEEP_FLUSH_MIB}: a build without "
+    if (theirs := mnn_flush_mib(out)) != SWEEP_FLUSH_MIB:
+        print(f"  MNN flushed {theirs} MiB before each call, gemvbw {SWEEP_FLUSH_MIB}: a build without "
               "the MNN_GEMVBW_FLUSH_MIB line (benchmarks/peers/README.md)", file=sys.stderr)
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 

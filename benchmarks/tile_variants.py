@@ -121,7 +121,8 @@ def main(argv=None) -> int:
     numba.set_num_threads(args.threads)
     print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, {args.format} kernels of tier "
           f"{args.tier}, cold "
-          f"({SWEEP_FLUSH_MIB} MiB flush), median of {args.rounds} interleaved rounds of 20 calls; % of the fastest read")
+          f"({SWEEP_FLUSH_MIB} MiB flush), median of {args.rounds} interleaved rounds of 20 calls; "
+          "% of the fastest read")
     for bits in map(int, args.bits.split(",")):
         med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds, fmt=args.format)
         wall = min(us for n, us in med.items() if n.startswith("read"))

@@ -47,12 +47,12 @@ from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.metrics import logical_bytes
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
-from gemvbw.settings import default_flush_mib, machine_llc_bytes
+from gemvbw.settings import machine_flush_mib
 from gemvbw.verify import reference_gemv, verify
 
 # the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
 LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
-SWEEP_FLUSH_MIB = default_flush_mib(machine_llc_bytes())  # what `gemvbw sweep` flushes here unless told
+SWEEP_FLUSH_MIB = machine_flush_mib()  # what `gemvbw sweep` flushes here unless told
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
@@ -110,7 +110,8 @@ def measure(M: int, K: int, bits: int, threads: int, rounds: int, calls: int = 2
     return interleaved_medians(runs, rounds, calls, flush_mib) | {"_bytes": qm.logical_bytes}
 
 
-def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int, flush_mib: int = SWEEP_FLUSH_MIB) -> list[str]:
+def read_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
+                flush_mib: int = SWEEP_FLUSH_MIB) -> list[str]:
     """Markdown lines: each width's plain read (fastest way, median, interleaved with every other width's) and
     its latency and bytes against w8's."""
     nbytes = {b: logical_bytes(M, K, b, 64, 2) for b in widths}

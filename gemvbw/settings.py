@@ -72,6 +72,11 @@ def machine_llc_bytes() -> int | None:
     return None if isinstance(llc, system.Unknown) else llc
 
 
+def machine_flush_mib() -> int:
+    """What `gemvbw sweep` flushes on this machine when --flush-mib is not given (the benchmarks' default)."""
+    return default_flush_mib(machine_llc_bytes())
+
+
 # what the roofline needs at once: memcpy source + destination (the read buffer comes later)
 ROOFLINE_BYTES = 2 * (256 << 20)
 # working room for verification: a float64 chunk of W, |W|, and numpy temporaries
