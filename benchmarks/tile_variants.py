@@ -83,7 +83,7 @@ def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, 
     outs = []
     for label, options in variants.items():
         run = binder(fmt)(tier, qm, 4 * threads, **options)
-        runs[label] = lambda run=run: run(x, y)
+        runs[label] = kernels.call_on(run, x, y)
         run(x, y)
         outs.append(y.copy())
     if not all(np.array_equal(outs[0], o) for o in outs[1:]):

@@ -96,7 +96,7 @@ def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[st
                   f"{check.tolerance:.0e}); not timed", file=sys.stderr, flush=True)
             continue
         run = spec.bind(qm)
-        runs[prefix + spec.variant] = lambda run=run: run(x, y)
+        runs[prefix + spec.variant] = kernels.call_on(run, x, y)
     return runs
 
 

@@ -128,7 +128,7 @@ def measure(bits: int, act: str, qm, x, exclude: frozenset, threads: int,
         for name in names[r % len(names):] + names[:r % len(names)] if names else []:
             run = runs[name]
             with sessions[name].session(threads):
-                rounds[name].append(time_groups(lambda: run(x, y), iters[name], 1, conditions).best_avg_us)
+                rounds[name].append(time_groups(kernels.call_on(run, x, y), iters[name], 1, conditions).best_avg_us)
     return {name: robust(samples) for name, samples in rounds.items()}
 
 

@@ -1,7 +1,8 @@
 """Timing: cache conditioning, the timed loop, groups, best-of-N.
 
-Only the kernel call sits between the two ``perf_counter_ns`` reads; the cache
-flush, compilation, packing and verification all happen outside them.
+Only the kernel call sits between the two ``perf_counter_ns`` reads (where the
+binding offers it, its compiled code bound to its arguments: gemvbw.kernels.call_on);
+the cache flush, compilation, packing and verification all happen outside them.
 """
 
 from __future__ import annotations

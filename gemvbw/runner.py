@@ -32,7 +32,7 @@ def fixed_cost_call(spec: kernels.KernelSpec, bits: int, block: int,
     tiny = random_quantized(M, K, bits, block=block, meta_bytes=meta_bytes, seed=0)
     x, y = random_activations(K, 0), np.empty(M, np.float32)
     run = spec.bind(tiny)
-    return (lambda: run(x, y)), M, K
+    return kernels.call_on(run, x, y), M, K
 
 
 def fixed_cost(spec: kernels.KernelSpec, qm, flusher: CacheFlusher, calls: int) -> FixedCost:
@@ -206,12 +206,12 @@ class Sweep:
             self.reporter.group_done(label, i, g)
 
         before = contention.snapshot()
-        measurement = time_groups(lambda: run(x, y), s.iters, s.reps, flusher, on_group=group_done,
+        measurement = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, flusher, on_group=group_done,
                                   max_seconds=s.max_seconds)
         held = contention.between(before, contention.snapshot(), sum(g.iters for g in measurement.groups))
         warm = None
         if s.compare_warm:
-            warm = time_groups(lambda: run(x, y), s.iters, s.reps, self.no_flush,
+            warm = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, self.no_flush,
                                on_group=lambda i, g: self.reporter.group_done(label + " warm", i, g))
         # as many calls as the row had, up to FIXED_COST_CALLS: a quick run (--iters 2) stays quick
         fixed = fixed_cost(spec, qm, flusher, min(FIXED_COST_CALLS, s.iters * s.reps))

@@ -554,6 +554,42 @@ def test_bound_kernel_checks_each_new_pair_not_only_the_first(act):
     assert np.array_equal(y2, first)
 
 
+@pytest.mark.parametrize("act,variant", [("f32", "ref"), ("f32", "rows4"), ("i8", None)])
+def test_call_on_is_the_bound_kernel_on_that_pair_checked_once_and_keeps_its_binding(act, variant):
+    """kernels.call_on: the machine code bound to x and y (no Python frame), the same y bit for bit as
+    run(x, y); the pair refused as run refuses it; alive after the binding is dropped."""
+    import gc
+
+    if act == "i8" and not I8:
+        pytest.skip(NO_I8)
+    spec = kernels.get(4, act) if variant is None else kernels.get(4, act, variant)
+    qm = random_quantized(20, 192, bits=4)  # leftover rows and a leftover block for the int8 layouts
+    x = random_activations(192)
+    run = spec.bind(qm)
+    expected = np.zeros(20, np.float32)
+    run(x, expected)
+    for bad_x, bad_y, error in ((x, np.empty(20, np.float64), TypeError), (x[::2].copy(), expected, ValueError),
+                                (np.ones(384, np.float32)[::2], expected, TypeError)):
+        with pytest.raises(error):
+            kernels.call_on(run, bad_x, bad_y)
+    y = np.zeros(20, np.float32)
+    call = kernels.call_on(run, x, y)
+    assert not hasattr(call, "__code__")  # no Python function: a partial of the compiled code
+    del run, qm
+    gc.collect()
+    noise = [np.full(n, 255, np.uint8) for n in (64, 1920, 9216, 17408, 65536) for _ in range(4)]  # reuse freed memory
+    call()
+    assert np.array_equal(y, expected) and noise
+
+
+def test_call_on_falls_back_to_a_call_of_run_where_a_binding_offers_nothing():
+    seen = []
+    x, y = np.ones(3, np.float32), np.empty(2, np.float32)
+    call = kernels.call_on(lambda a, b: seen.append((a, b)), x, y)
+    call()
+    assert len(seen) == 1 and seen[0][0] is x and seen[0][1] is y
+
+
 def test_one_thread_compiles_the_serial_twin_cached_under_its_own_name():
     from gemvbw.kernels._common import empty_parallel_call
 

@@ -30,8 +30,8 @@ skeleton in the source, one specialised loop per (layout, tier, width) in the ma
 A call allocates nothing: the quantized activations, the layout's scratch and each chunk's accumulators
 live in a workspace allocated when the kernel is bound (:func:`work_layout`), so a bound kernel is not
 reentrant: two calls at once on one binding would share it (gemvbw calls one at a time). A bound call passes
-x and y as arrays and everything fixed at binding (the copy, the metadata, the workspace and the matrix as stored, block
-and chunks) as the address of one frame of integers (:func:`bind`, :func:`_gemv_at`), since after a cache
+everything (the copy, the metadata, the workspace and the matrix as stored, block, chunks, x and y) as the
+address of one frame of integers (:func:`bind`, :func:`_gemv_at`), since after a cache
 flush unboxing an array costs far more than an integer, and even integers add up (a tuple is unboxed item by
 item, so it is no way round). Both are what a small shape pays after a flush: measured on Zen 4, 1 thread,
 each call after a 64 MiB flush, an empty function of two arrays 7.0 us, of five arrays 9.2 us, of a tuple
@@ -40,10 +40,14 @@ ones 1.2 us. On Zen 4 again, interleaved, 15 rounds of 20 cold calls, medians: t
 address instead of as arrays made 16x128 calls 1.7-3.3 us faster at 1 and 2 threads, 1024x1024 ones 1.6-2.9 us
 (2026-12-04); their fourteen addresses and sizes passed as one frame instead of as arguments, and x and y
 checked only when they change (:func:`gemvbw.kernels.check_xy`), made a 16x128 w4 call 15.9 -> 7.9 us and
-1024x1024 w4 ones 36-38 -> 30-31 us at 1 thread, 40-42 -> 32-35 us at 2 (2026-12-05).
+1024x1024 w4 ones 36-38 -> 30-31 us at 1 thread, 40-42 -> 32-35 us at 2 (2026-12-05); x and y in the frame
+too, and the timed call a partial of the machine code (:func:`gemvbw.kernels.call_on`), see the note above
+:data:`FRAME_ITEMS`.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numba
 import numpy as np
@@ -154,10 +158,11 @@ def bind(args: tuple):
     """run(x, y) of :func:`gemv_streams` on a layout's ``kernel_args`` (whose x and y give the types it is
     compiled for), for either layout. Not reentrant: its calls share the workspace in ``args``.
 
-    The call passes five things: the tag, the fixed arrays' element types (:class:`ArrayKinds`, nothing at
-    run time), the address of a frame of integers (the six arrays fixed at binding as addresses and sizes,
-    block and chunks) and x and y as arrays: see :func:`_gemv_at`. ``run`` keeps ``args`` and the frame,
-    so the arrays live as long as it does."""
+    The call passes three things: the tag, the fixed arrays' element types (:class:`ArrayKinds`, nothing at
+    run time) and the address of a frame of integers (the six arrays fixed at binding as addresses and sizes,
+    block, chunks, and x's and y's addresses and sizes, written when a new pair is checked): see
+    :func:`_gemv_at`. ``run`` keeps ``args``, the frame and the last pair, so the arrays live as long as it
+    does; ``run.call_on(x, y)`` (see :func:`gemvbw.kernels.call_on`) gets a frame of its own."""
     from gemvbw.kernels import check_xy, compiled
 
     tag, copy, meta, work, codes, scale, offset, x, block, y, chunks = args
@@ -167,20 +172,29 @@ def bind(args: tuple):
     if codes.dtype != np.uint8 or work.dtype != np.uint8 or offset.dtype != scale.dtype:
         raise TypeError("codes and the workspace are uint8, offset has scale's type")
     kinds = ArrayKinds(copy.dtype, meta.dtype, scale.dtype)
+    K, M, checked = x.shape[0], y.shape[0], [None, None]
     frame = np.array([_address_of(copy), copy.size, _address_of(meta), meta.size, _address_of(work), work.size,
                       _address_of(codes), codes.shape[0], codes.shape[1], _address_of(scale), _address_of(offset),
-                      scale.shape[1], block, chunks], np.int64)
+                      scale.shape[1], block, chunks, 0, K, 0, M], np.int64)
     frame_at = _address_of(frame)
     entry = _gemv_at_serial if numba.get_num_threads() == 1 else _gemv_at
-    call = compiled(entry, tag, kinds, frame_at, x, y)
-    K, M, checked = x.shape[0], y.shape[0], [None, None]
+    call = compiled(entry, tag, kinds, frame_at)
 
     def run(x: np.ndarray, y: np.ndarray) -> None:
         if x is not checked[0] or y is not checked[1]:
-            check_xy(x, y, K, M, checked)
-        call(tag, kinds, frame_at, x, y)
+            check_xy(x, y, K, M, checked)  # ``checked`` now holds x and y: their addresses stay good
+            frame[XY_AT], frame[XY_AT + 2] = _address_of(x), _address_of(y)
+        call(tag, kinds, frame_at)
 
-    run.args, run.frame = args, frame  # what the addresses point into, kept alive with the binding
+    def call_on(x: np.ndarray, y: np.ndarray):
+        check_xy(x, y, K, M, [None, None])
+        own = frame.copy()  # its own x and y: run(x, y) with another pair leaves this call as it is
+        own[XY_AT], own[XY_AT + 2] = _address_of(x), _address_of(y)
+        fixed = functools.partial(call, tag, kinds, _address_of(own))
+        fixed.keep = run, own, x, y  # what its addresses point into
+        return fixed
+
+    run.args, run.frame, run.call_on = args, frame, call_on  # the arrays the addresses point into, kept alive
     return run
 
 
@@ -301,10 +315,12 @@ def _array_at_impl(address, shape, kinds, which):
 # Each argument is unboxed per call, which after a cache flush is not free: an array (its object, shape and
 # strides read, a reference made and dropped) about 0.7 us on Zen 4 (an empty function of two arrays 7.0 us,
 # of five 9.2 us), and even an integer about 0.1 us (an empty function of 18 integers and two arrays 5.9 us,
-# of two arrays alone 3.6 us, 2026-12-05). So everything fixed at binding arrives as the address of one
-# frame of integers (the six arrays' addresses and sizes, block, chunks), the binding holding the arrays,
-# and the arrays are made again here, without a copy or a reference count.
-FRAME_ITEMS = 14
+# of two arrays alone 3.6 us, 2026-12-05). So everything arrives as the address of one frame of integers (the
+# six fixed arrays' addresses and sizes, block, chunks, then x's and y's: an empty function of the tag, the kinds,
+# an integer and two arrays 4.9-5.0 us after a 128 MiB flush, of the first three alone 3.4-3.8 us, 2026-12-05), the binding
+# holding the arrays, and the arrays are made again here, without a copy or a reference count.
+FRAME_ITEMS = 18
+XY_AT = 14  # x's address, K, y's address, M
 
 
 @njit(inline="always")
@@ -316,12 +332,14 @@ def _unframe(kinds, frame_at):
     codes = _array_at(f[6], (f[7], f[8]), "|u1", 0)
     scale = _array_at(f[9], (f[7], f[11]), kinds, 2)
     offset = _array_at(f[10], (f[7], f[11]), kinds, 2)
-    return copy, meta, work, codes, scale, offset, f[12], f[13]
+    x = _array_at(f[XY_AT], f[XY_AT + 1], "<f4", 0)
+    y = _array_at(f[XY_AT + 2], f[XY_AT + 3], "<f4", 0)
+    return copy, meta, work, codes, scale, offset, f[12], f[13], x, y
 
 
 @njit(cache=True)
-def _gemv_at(tag, kinds, frame_at, x, y):
-    copy, meta, work, codes, scale, offset, block, chunks = _unframe(kinds, frame_at)
+def _gemv_at(tag, kinds, frame_at):
+    copy, meta, work, codes, scale, offset, block, chunks, x, y = _unframe(kinds, frame_at)
     gemv_streams(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
 
 
@@ -330,6 +348,6 @@ _gemv_streams_serial = serial_twin(gemv_streams)
 
 
 @njit(cache=True)
-def _gemv_at_serial(tag, kinds, frame_at, x, y):
-    copy, meta, work, codes, scale, offset, block, chunks = _unframe(kinds, frame_at)
+def _gemv_at_serial(tag, kinds, frame_at):
+    copy, meta, work, codes, scale, offset, block, chunks, x, y = _unframe(kinds, frame_at)
     _gemv_streams_serial(tag, copy, meta, work, codes, scale, offset, x, block, y, chunks)
