@@ -406,6 +406,19 @@ def memory_needed(s: Settings, llc_bytes: int | None = None) -> int:
     return max(sweep_bytes(s)[0], roofline_bytes(llc_bytes))
 
 
+def _flush_that_fits(s: Settings, llc: int | None, available: int) -> str:
+    """Advice for a flush buffer that does not fit: the default size for this cache where it fits, else the
+    largest that does, said to be smaller than the cache wants."""
+    wanted = default_flush_mib(llc if s.llc_mib is None else s.llc_mib << 20)
+    fits = (available - VERIFY_BYTES) >> 20
+    if wanted <= fits:
+        return f"use e.g. --flush-mib {wanted}"
+    if fits < 1:
+        return "free memory first"
+    return (f"use --flush-mib {fits} at most (what fits; less than the {wanted} MiB this cache wants, so the run "
+            "will warn flush-small), or free memory first")
+
+
 def check_memory(s: Settings, available: int | None) -> None:
     """Refuse a run that would not fit, naming what would: the shape, a width, or the flush buffer."""
     if available is None:
@@ -413,7 +426,7 @@ def check_memory(s: Settings, available: int | None) -> None:
     llc = machine_llc_bytes()
     if (s.flush_mib << 20) + VERIFY_BYTES > available:
         raise SettingsError("--flush-mib", f"a {s.flush_mib} MiB flush buffer does not fit in the {available / 1e9:.1f} GB "
-                                           f"available; use e.g. --flush-mib {max(1, 2 * (llc or 32 << 20) >> 20)}")
+                                           f"available; {_flush_that_fits(s, llc, available)}")
     if roofline_bytes(llc) > available:
         raise SettingsError("memory", f"the rooflines need {roofline_bytes(llc) / 1e9:.1f} GB at once but "
                                       f"{available / 1e9:.1f} GB is available; free memory first")

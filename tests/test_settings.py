@@ -260,7 +260,7 @@ def test_the_repacked_copies_are_counted_per_width(monkeypatch):
     assert st.sweep_bytes(s)[:2] == (9 * w4 + 8 * (4096 + 4096) * 4 + (64 << 20) + st.VERIFY_BYTES, 4)
 
 
-@pytest.mark.parametrize("llc,advice", [(None, 64), (100 << 20, 200), (256 << 10, 1)])
+@pytest.mark.parametrize("llc,advice", [(None, 64), (100 << 20, 400), (256 << 10, 64)])
 def test_each_memory_refusal_says_what_does_not_fit_and_what_would(monkeypatch, llc, advice):
     from gemvbw import settings as st, system
 
@@ -293,6 +293,25 @@ def test_the_flush_buffer_is_refused_exactly_when_it_and_verification_do_not_fit
     assert err.value.source == "--M/--K"  # x, y and the weights on top of the flush and verification
     need = st.sweep_bytes(make({"M": "64", "K": "64", "flush_mib": "4096"}))[0]
     assert make({"M": "64", "K": "64", "flush_mib": "4096"}, available=need).flush_mib == 4096
+
+
+def test_a_flush_that_does_not_fit_gets_the_cache_s_size_where_it_fits_else_the_most_that_fits(monkeypatch):
+    """The advice never suggests a flush that would itself not fit, and says so when the one that fits is
+    smaller than the cache wants (4x the LLC, --llc-mib over /sys)."""
+    from gemvbw import settings as st, system
+
+    monkeypatch.setattr(system, "last_level_cache_bytes", lambda: 32 << 20)
+    cases = [({}, (200 << 20) + st.VERIFY_BYTES, "use e.g. --flush-mib 128"),
+             ({"llc_mib": "40"}, (200 << 20) + st.VERIFY_BYTES, "use e.g. --flush-mib 160"),
+             ({"llc_mib": "40"}, (159 << 20) + st.VERIFY_BYTES + 5,
+              "use --flush-mib 159 at most (what fits; less than the 160 MiB this cache wants, so the run will "
+              "warn flush-small), or free memory first"),
+             ({}, st.VERIFY_BYTES + (1 << 19), "free memory first")]
+    for extra, available, advice in cases:
+        with pytest.raises(SettingsError) as err:
+            st.check_memory(make({"flush_mib": "4096", **extra}), available)
+        assert err.value.source == "--flush-mib"
+        assert err.value.message.endswith(" available; " + advice)
 
 
 def test_the_first_of_equally_large_shapes_is_the_one_named():
@@ -392,7 +411,7 @@ def test_memory_refusals_print_decimal_gigabytes_rounded_as_told(monkeypatch):
     monkeypatch.setattr(system, "last_level_cache_bytes", lambda: 16 << 20)
     with pytest.raises(SettingsError) as err:
         make({"flush_mib": "4096"}, available=1_050_000_000)
-    assert err.value.message == "a 4096 MiB flush buffer does not fit in the 1.1 GB available; use e.g. --flush-mib 32"
+    assert err.value.message == "a 4096 MiB flush buffer does not fit in the 1.1 GB available; use e.g. --flush-mib 64"
     monkeypatch.setattr(st, "roofline_bytes", lambda llc: 1_350_000_000)
     with pytest.raises(SettingsError) as err:
         make({"flush_mib": "1"}, available=1_050_000_000)
