@@ -151,9 +151,10 @@ def check_xy(x: np.ndarray, y: np.ndarray, K: int, M: int, checked: list) -> Non
     (``checked`` keeps the last pair that passed), because the check is not cheap in a cold call: after a
     64 MiB flush, on Zen 4 with 1 thread, two dtype and two contiguity tests cost 3-4 us a call of a 16 us
     call (each numpy attribute comes back from DRAM), while an ``is`` against the last pair costs nothing.
-    An array changed in place after its check (its dtype or shape set) is refused by numba's own unboxing
-    when its element size changed; one of another 4-byte type is then read as float32, as it would be by
-    ``x.view(np.float32)``."""
+    An array changed in place after its check (its dtype or shape set) keeps its buffer and its size in bytes:
+    the f32 kernels' unboxing refuses it when its element size changed, and the int8 kernels, which take x and
+    y by address (:mod:`gemvbw.kernels.streams`), read the same bytes as float32, as ``x.view(np.float32)``
+    would; none reads outside the buffer."""
     if not (x.dtype is _F32 and y.dtype is _F32 and x.flags.c_contiguous and y.flags.c_contiguous):
         raise TypeError("a bound kernel takes x and y as C-contiguous float32 arrays")
     if x.shape != (K,) or y.shape != (M,):
