@@ -162,16 +162,21 @@ def check_xy(x: np.ndarray, y: np.ndarray, K: int, M: int, checked: list) -> Non
     checked[:] = x, y
 
 
-def offer_call_on(run: Runner, call, args_of: Callable[[np.ndarray, np.ndarray], tuple], K: int, M: int,
-                  keep=None) -> Runner:
-    """Give a bound ``run`` the ``call_on(x, y)`` that :func:`call_on` uses: x and y checked now, and then
-    ``call`` (compiled code) bound to ``args_of(x, y)`` by a :func:`functools.partial`, which holds ``keep``
-    (what addresses among the arguments point into) as long as it lives."""
+def bound_runner(call, args_of: Callable[[np.ndarray, np.ndarray], tuple], K: int, M: int) -> Runner:
+    """run(x, y) of ``call`` (compiled code) on ``args_of(x, y)``, x and y checked when they are not the pair
+    checked last; and its ``call_on(x, y)`` (see :func:`call_on`): ``call`` bound to ``args_of(x, y)`` by a
+    :func:`functools.partial`, that pair checked once, now. For bindings that pass x and y as arrays (the
+    int8 ones pass addresses: :func:`gemvbw.kernels.streams.bind`)."""
+    checked = [None, None]
+
+    def run(x: np.ndarray, y: np.ndarray) -> None:
+        if x is not checked[0] or y is not checked[1]:
+            check_xy(x, y, K, M, checked)
+        call(*args_of(x, y))
+
     def bound_call_on(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
         check_xy(x, y, K, M, [None, None])
-        fixed = functools.partial(call, *args_of(x, y))
-        fixed.keep = keep
-        return fixed
+        return functools.partial(call, *args_of(x, y))
 
     run.call_on = bound_call_on
     return run
@@ -192,14 +197,7 @@ def _binder(fn) -> Callable[[QuantizedMatrix], Runner]:
     def bind(qm: QuantizedMatrix) -> Runner:
         codes, scale, offset, block = qm.codes, qm.scale_raw, qm.offset_raw, qm.block
         call = compiled(fn, codes, scale, offset, *typed_like(qm)[:1], block, typed_like(qm)[1])
-        K, M, checked = qm.K, qm.M, [None, None]
-
-        def run(x: np.ndarray, y: np.ndarray) -> None:
-            if x is not checked[0] or y is not checked[1]:
-                check_xy(x, y, K, M, checked)
-            call(codes, scale, offset, x, block, y)
-
-        return offer_call_on(run, call, lambda x, y: (codes, scale, offset, x, block, y), K, M)
+        return bound_runner(call, lambda x, y: (codes, scale, offset, x, block, y), qm.K, qm.M)
 
     return bind
 
@@ -210,14 +208,7 @@ def _bound_call(fn, qm: QuantizedMatrix) -> Runner:
     chunks = 4 * numba.get_num_threads()
     x0, y0 = typed_like(qm)
     call = compiled(fn, codes, scale, offset, x0, block, y0, chunks)
-    K, M, checked = qm.K, qm.M, [None, None]
-
-    def run(x: np.ndarray, y: np.ndarray) -> None:
-        if x is not checked[0] or y is not checked[1]:
-            check_xy(x, y, K, M, checked)
-        call(codes, scale, offset, x, block, y, chunks)
-
-    return offer_call_on(run, call, lambda x, y: (codes, scale, offset, x, block, y, chunks), K, M)
+    return bound_runner(call, lambda x, y: (codes, scale, offset, x, block, y, chunks), qm.K, qm.M)
 
 
 def _chunked_binder(fn) -> Callable[[QuantizedMatrix], Runner]:
@@ -338,14 +329,7 @@ def _float_binder(fn, chunked: bool) -> Callable[[QuantizedMatrix], Runner]:
         x0, y0 = typed_like(qm)
         extra = (4 * numba.get_num_threads(),) if chunked else ()
         call = compiled(fn, W, x0, y0, *extra)
-        K, M, checked = qm.K, qm.M, [None, None]
-
-        def run(x: np.ndarray, y: np.ndarray) -> None:
-            if x is not checked[0] or y is not checked[1]:
-                check_xy(x, y, K, M, checked)
-            call(W, x, y, *extra)
-
-        return offer_call_on(run, call, lambda x, y: (W, x, y, *extra), K, M)
+        return bound_runner(call, lambda x, y: (W, x, y, *extra), qm.K, qm.M)
 
     return bind
 
