@@ -150,7 +150,58 @@ def numba_threads() -> int:
     return thread_limit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _values_given(args: list[str], names: list[str]) -> list[str]:
+    """What followed each of an option's names in args (as --name VALUE or --name=VALUE), for the message."""
+    values = []
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        for name in names:
+            if token == name and i + 1 < len(args):
+                values.append(args[i + 1])
+            elif token.startswith(name + "="):
+                values.append(token[len(name) + 1:])
+    return values
+
+
+def _given_twice(param: click.Option, args: list[str]) -> str:
+    name = max(param.opts, key=len)
+    given = _values_given(args, param.opts)
+    if not given:
+        return f"{name} was given more than once; only one would count. Give it once"
+    if param.metavar == "LIST":
+        listed = dict.fromkeys(v.strip() for value in given for v in value.split(",") if v.strip())
+        advice = f"List the values once, comma separated, e.g. {name} {','.join(listed)}"
+    else:
+        advice = f"Give it once, e.g. {name} {given[-1]}"
+    shown = ", then ".join(repr(v) for v in given)
+    return f"{name} was given {len(given)} times ({shown}); only one would count. {advice}"
+
+
+class _OnceCommand(click.Command):
+    """A command that refuses an option given twice: click keeps the last value without a word, so
+    `--bits 8 --bits 4` would sweep w4 alone. Options meant to repeat (--shape) and flags are left alone."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.resilient_parsing or any(a in ctx.help_option_names for a in args):
+            return super().parse_args(ctx, args)
+        parser = self.make_parser(ctx)
+        _, _, order = parser.parse_args(args=list(args))
+        seen = set()
+        for param in order:
+            if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
+                continue
+            if param.name in seen:
+                usage_error(_given_twice(param, list(args)))
+            seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
+class _Group(click.Group):
+    command_class = _OnceCommand
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gemvbw")
 def main() -> None:
     """How close do w8/w4/w3/w2 GEMV kernels get to this machine's memory bandwidth?

@@ -142,6 +142,11 @@ def test_environment_settings_reach_the_run():
     (["--M", "200000", "--K", "200000"], {}, "GB is available"),
     (["--json", "/nonexistent/dir/x.json"], {}, "--json: directory '/nonexistent/dir' does not exist"),
     (["--kernel", "nope"], {}, "--kernel: no variant 'nope'"),
+    (["--bits", "8", "--bits=4"], {}, "--bits was given 2 times ('8', then '4'); only one would count. "
+                                      "List the values once, comma separated, e.g. --bits 8,4"),
+    (["--bits", "8,4", "--bits", "4", "--bits", "2"], {}, "e.g. --bits 8,4,2"),
+    (["--M", "16", "--K", "128", "--M", "32"], {}, "--M was given 2 times ('16', then '32'); only one would count. "
+                                                   "Give it once, e.g. --M 32"),
 ])
 def test_bad_input_exit_2_one_line(args, env, fragment):
     res = run(["sweep"] + args, env=env)
@@ -228,6 +233,17 @@ def test_max_seconds_adds_groups_until_stable_or_time_is_up():
     assert r["groups_extended"] == (len(r["groups"]) > 2)
     if not r["stable"]:
         assert "groups-disagree" in {n["code"] for n in r["notes"]}
+
+
+def test_an_option_given_twice_is_refused_in_every_command_but_repeatable_ones_and_help_still_work():
+    res = run(["soak", "--bits", "4", "--bits", "2"])
+    assert res.exit_code == 2 and res.stderr.strip() == (
+        "Error: --bits was given 2 times ('4', then '2'); only one would count. Give it once, e.g. --bits 2")
+    assert run(["sweep", "--bits", "8", "--bits", "4", "--help"]).exit_code == 0
+    res = run(["sweep", "--shape", "16x128", "--shape", "8x128", "--bits", "4", "--iters", "2", "--reps", "1",
+               "--flush-mib", "0", "--threads", "1", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert {(r["M"], r["K"]) for r in json.loads(res.stdout)["results"]} == {(16, 128), (8, 128)}
 
 
 def test_bad_max_seconds():
