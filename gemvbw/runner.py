@@ -20,7 +20,7 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
 from gemvbw.sampling import Sampler, frequency_findings
 from gemvbw.roofline import measure_roofline
-from gemvbw.settings import Settings, SettingsError, check_act
+from gemvbw.settings import Settings, SettingsError, check_act, llc_in_force
 from gemvbw.verify import activation_error, reference_gemv, verify
 
 
@@ -105,9 +105,7 @@ class Sweep:
         s, rec = self.settings, self.record
         numba.set_num_threads(s.threads)
         rec.system = system.describe()
-        llc, llc_source = rec.system.get("llc_bytes"), "/sys"
-        if s.llc_mib is not None:
-            llc, llc_source = s.llc_mib << 20, "--llc-mib"
+        llc, llc_source = llc_in_force(s.llc_mib, rec.system.get("llc_bytes"))
         rec.system["llc_bytes_used"] = llc
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],

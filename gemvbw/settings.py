@@ -72,6 +72,13 @@ def machine_llc_bytes() -> int | None:
     return None if isinstance(llc, system.Unknown) else llc
 
 
+def llc_in_force(llc_mib: int | None, machine_llc: int | None) -> tuple[int | None, str]:
+    """The last-level cache a run assumes, in bytes (None: unknown), and where it comes from: --llc-mib where
+    given, else the machine's (``machine_llc``, from /sys). The default flush, the read roofline's buffer, the
+    memory check and the run's notes all take it from here, so that they agree."""
+    return (machine_llc, "/sys") if llc_mib is None else (llc_mib << 20, "--llc-mib")
+
+
 def machine_flush_mib() -> int:
     """What `gemvbw sweep` flushes on this machine when --flush-mib is not given (the benchmarks' default)."""
     return default_flush_mib(machine_llc_bytes())
@@ -234,9 +241,9 @@ def resolve(
 
     raw, env = pick("llc_mib")
     values["llc_mib"] = None if raw is None else parse_int("llc_mib", raw, env)
+    llc, _ = llc_in_force(values["llc_mib"], machine_llc_bytes() if llc_bytes is THIS_MACHINE else llc_bytes)
     if values["flush_mib"] is None:
-        llc = machine_llc_bytes() if llc_bytes is THIS_MACHINE else llc_bytes
-        values["flush_mib"] = default_flush_mib(llc if values["llc_mib"] is None else values["llc_mib"] << 20)
+        values["flush_mib"] = default_flush_mib(llc)
     raw, env = pick("max_seconds")
     values["max_seconds"] = 0.0 if raw is None else parse_seconds(raw)
     values["compare_warm"] = bool(flags.get("compare_warm"))
@@ -302,7 +309,7 @@ def resolve(
         values["shapes"] = parsed
         values["M"], values["K"] = parsed[0]
     settings = Settings(**values)  # type: ignore[arg-type]
-    check_memory(settings, system.available_memory_bytes() if available_bytes is None else available_bytes)
+    check_memory(settings, system.available_memory_bytes() if available_bytes is None else available_bytes, llc)
     return settings
 
 
@@ -406,10 +413,10 @@ def memory_needed(s: Settings, llc_bytes: int | None = None) -> int:
     return max(sweep_bytes(s)[0], roofline_bytes(llc_bytes))
 
 
-def _flush_that_fits(s: Settings, llc: int | None, available: int) -> str:
-    """Advice for a flush buffer that does not fit: the default size for this cache where it fits, else the
-    largest that does, said to be smaller than the cache wants."""
-    wanted = default_flush_mib(llc if s.llc_mib is None else s.llc_mib << 20)
+def _flush_that_fits(llc: int | None, available: int) -> str:
+    """Advice for a flush buffer that does not fit: the default size for the cache in force (``llc``, see
+    :func:`llc_in_force`) where it fits, else the largest that does, said to be smaller than the cache wants."""
+    wanted = default_flush_mib(llc)
     fits = (available - VERIFY_BYTES) >> 20
     if wanted <= fits:
         return f"use e.g. --flush-mib {wanted}"
@@ -419,14 +426,14 @@ def _flush_that_fits(s: Settings, llc: int | None, available: int) -> str:
             "will warn flush-small), or free memory first")
 
 
-def check_memory(s: Settings, available: int | None) -> None:
-    """Refuse a run that would not fit, naming what would: the shape, a width, or the flush buffer."""
+def check_memory(s: Settings, available: int | None, llc: int | None) -> None:
+    """Refuse a run that would not fit, naming what would: the shape, a width, or the flush buffer. ``llc``:
+    the last-level cache in force (:func:`llc_in_force`), which sizes the read roofline's buffer."""
     if available is None:
         return
-    llc = machine_llc_bytes()
     if (s.flush_mib << 20) + VERIFY_BYTES > available:
         raise SettingsError("--flush-mib", f"a {s.flush_mib} MiB flush buffer does not fit in the {available / 1e9:.1f} GB "
-                                           f"available; {_flush_that_fits(s, llc, available)}")
+                                           f"available; {_flush_that_fits(llc, available)}")
     if roofline_bytes(llc) > available:
         raise SettingsError("memory", f"the rooflines need {roofline_bytes(llc) / 1e9:.1f} GB at once but "
                                       f"{available / 1e9:.1f} GB is available; free memory first")

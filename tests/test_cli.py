@@ -209,7 +209,8 @@ def test_compare_warm_shows_both(tmp_path):
 
 
 def test_llc_override_and_small_flush_warning():
-    res = run(TINY + ["--bits", "8", "--llc-mib", "8", "--flush-mib", "4", "--format", "json"])
+    res = run(["sweep", "--M", "64", "--K", "256", "--iters", "3", "--reps", "2", "--flush-mib", "4", "--threads", "1",
+               "--bits", "8", "--llc-mib", "8", "--format", "json"])
     doc = json.loads(res.stdout)
     assert doc["system"]["llc_bytes_used"] == 8 << 20
     warn = [w for w in doc["warnings"] if w["code"] == "flush-small"]
@@ -225,7 +226,7 @@ def test_the_default_flush_is_four_times_the_last_level_cache_where_that_is_over
 
 
 def test_max_seconds_adds_groups_until_stable_or_time_is_up():
-    res = run(TINY + ["--bits", "8", "--reps", "2", "--max-seconds", "2", "--format", "json"])
+    res = run(TINY + ["--bits", "8", "--max-seconds", "2", "--format", "json"])  # TINY's --reps 2
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)["results"][0]
     assert r["stable"] in (True, False)

@@ -167,9 +167,9 @@ def test_bad_shapes(args, fragment):
 def two_runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     a, b = d / "a.json", d / "b.json"
-    assert run(SWEEP + ["--M", "32", "--K", "128", "--bits", "4,2", "--json", str(a), "--format", "json"]).exit_code == 0
-    assert run(SWEEP + ["--M", "32", "--K", "128", "--bits", "4", "--iters", "3", "--json", str(b),
-                        "--format", "json"]).exit_code == 0
+    common = ["sweep", "--M", "32", "--K", "128", "--reps", "1", "--flush-mib", "0", "--threads", "1", "--format", "json"]
+    assert run(common + ["--bits", "4,2", "--iters", "2", "--json", str(a)]).exit_code == 0
+    assert run(common + ["--bits", "4", "--iters", "3", "--json", str(b)]).exit_code == 0
     return a, b
 
 

@@ -261,21 +261,38 @@ def test_the_repacked_copies_are_counted_per_width(monkeypatch):
 
 
 @pytest.mark.parametrize("llc,advice", [(None, 64), (100 << 20, 400), (256 << 10, 64)])
-def test_each_memory_refusal_says_what_does_not_fit_and_what_would(monkeypatch, llc, advice):
-    from gemvbw import settings as st, system
+def test_each_memory_refusal_says_what_does_not_fit_and_what_would(llc, advice):
+    from gemvbw import settings as st
 
-    monkeypatch.setattr(system, "last_level_cache_bytes", lambda: system.Unknown("test") if llc is None else llc)
     with pytest.raises(SettingsError) as err:
-        make({"flush_mib": "4096"}, available=3 * 10**9)
+        make({"flush_mib": "4096"}, available=3 * 10**9, llc=llc)
     assert (err.value.source, err.value.message) == (
         "--flush-mib", f"a 4096 MiB flush buffer does not fit in the 3.0 GB available; use e.g. --flush-mib {advice}")
     roofline = st.roofline_bytes(None if llc is None else llc)
     with pytest.raises(SettingsError) as err:
-        make({"flush_mib": "1"}, available=roofline - 1)
+        make({"flush_mib": "1"}, available=roofline - 1, llc=llc)
     assert (err.value.source, err.value.message) == (
         "memory", f"the rooflines need {roofline / 1e9:.1f} GB at once but {(roofline - 1) / 1e9:.1f} GB is "
                   "available; free memory first")
-    make({"M": "64", "K": "64", "flush_mib": "1"}, available=roofline)  # exactly enough: accepted
+    make({"M": "64", "K": "64", "flush_mib": "1"}, available=roofline, llc=llc)  # exactly enough: accepted
+
+
+def test_llc_mib_is_the_cache_everything_assumes_the_flush_the_read_buffer_and_the_memory_check():
+    """--llc-mib over /sys for the default flush and for the read roofline's buffer, which check_memory counts
+    as the runner will allocate it (it used to count /sys's cache while the runner used --llc-mib's)."""
+    from gemvbw import settings as st
+
+    assert st.llc_in_force(None, 32 << 20) == (32 << 20, "/sys")
+    assert st.llc_in_force(None, None) == (None, "/sys")
+    assert st.llc_in_force(512, 32 << 20) == (512 << 20, "--llc-mib")
+    big = st.roofline_bytes(512 << 20)
+    assert big > st.roofline_bytes(32 << 20)  # 8 x 512 MiB of read buffer against 256 MiB
+    small = {"M": "64", "K": "64", "flush_mib": "1"}
+    assert make(small, available=big - 1, llc=32 << 20).llc_mib is None  # /sys's cache: the buffers fit
+    with pytest.raises(SettingsError) as err:
+        make({**small, "llc_mib": "512"}, available=big - 1, llc=32 << 20)
+    assert err.value.source == "memory" and err.value.message.startswith(f"the rooflines need {big / 1e9:.1f} GB")
+    assert make({**small, "llc_mib": "512"}, available=big, llc=32 << 20).llc_mib == 512
 
 
 def test_the_flush_buffer_is_refused_exactly_when_it_and_verification_do_not_fit(monkeypatch):
@@ -308,8 +325,9 @@ def test_a_flush_that_does_not_fit_gets_the_cache_s_size_where_it_fits_else_the_
               "warn flush-small), or free memory first"),
              ({}, st.VERIFY_BYTES + (1 << 19), "free memory first")]
     for extra, available, advice in cases:
+        s = make({"flush_mib": "4096", **extra})
         with pytest.raises(SettingsError) as err:
-            st.check_memory(make({"flush_mib": "4096", **extra}), available)
+            st.check_memory(s, available, st.llc_in_force(s.llc_mib, 32 << 20)[0])
         assert err.value.source == "--flush-mib"
         assert err.value.message.endswith(" available; " + advice)
 
