@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from gemvbw import metrics
 from gemvbw.kernels._common import empty_parallel_call
@@ -20,20 +21,47 @@ from gemvbw.kernels._common import empty_parallel_call
 LINE_BYTES = 64
 
 
-@njit(cache=True)
-def _strided_read(buf, stride):
-    # one byte per cache line: enough to bring every line in, evicting what was there
-    s = np.uint64(0)
-    for i in range(0, buf.shape[0], stride):
-        s += buf[i]
-    return s
+@njit(parallel=True, cache=True)
+def _strided_read(buf, stride, parts):
+    # one byte per cache line: enough to bring every line in, evicting what was there. Each of ``parts`` threads
+    # (one per thread in force) reads the whole buffer, starting at its own share, so that every core the kernel
+    # runs on has its caches flushed by its own reads and is running, as in decode, when the timed call starts
+    # (see CacheFlusher)
+    lines = (buf.shape[0] + stride - 1) // stride
+    per = (lines + parts - 1) // parts
+    sums = np.zeros(parts, np.uint64)
+    for t in prange(parts):
+        start = min(lines, t * per)
+        s = np.uint64(0)
+        for line in range(start, lines):
+            s += buf[line * stride]
+        for line in range(start):
+            s += buf[line * stride]
+        sums[t] = s
+    return sums.sum()
 
 
 class CacheFlusher:
-    """An untimed strided read of ``flush_mib`` MiB before each timed call (0 = warm cache).
+    """An untimed strided read of ``flush_mib`` MiB before each timed call (0 = warm cache), by each of the
+    threads numba runs at the time of the flush, each the whole buffer.
 
     It conditions the caches; it cannot guarantee that the weights then come
     from DRAM (a cache may keep lines by a policy other than LRU).
+
+    Read by one thread (as MNN's test does), a flush leaves the other cores' private caches as they were and
+    their threads idle for as long as it takes, and the timed call then pays for getting them going again (the
+    first reading below), a cost of the timing and not of the GEMV (in decode one GEMV follows another, the
+    workers busy). Shared among the threads (each core reading half of it at 2 threads), it left part of the
+    matrix cached: each core must read the whole flush itself. Measured on Zen 4 (2 cores, a VM), 2 threads,
+    16c4-zmm, interleaved, medians:
+    - 16x128 and 1024x1024 (11 rounds of 20 cold calls, 128 MiB), flushed by one thread / by one thread and then
+      an empty parallel call / shared by both: 16x128 w8 23.5 / 10.0 / 7.3 us; 1024x1024 w8 51.8 / 35.4 / 38.3,
+      w4 39.2 / 25.4 / 24.5. At 1 thread the three were within 2 us of each other.
+    - 4096x14336 (11 rounds), by one thread while the other joined the parallel call idle 128 / 512 MiB, shared
+      by both 128 / 256, each thread all of 128 / 256: w8 1744 / 1767, 1615 / 1761, 1735 / 1720 us; w2 515 / 534,
+      468 / 521, 521 / 515; a plain read of w2's bytes 496 / 507, 383 / 432, 492 / 514. Only the shared 128 MiB
+      came out faster: it is not cold. In a later reading (9 rounds, the host faster), one thread's 128 MiB
+      against each thread's: 1024x1024 w8 38 / 42 us, w4 29 / 31; 4096x14336 w8 1153 / 1267, w2 339 / 378.
     """
 
     def __init__(self, flush_mib: int):
@@ -47,7 +75,7 @@ class CacheFlusher:
 
     def flush(self) -> None:
         if self._buf is not None:
-            self.sink += int(_strided_read(self._buf, LINE_BYTES))
+            self.sink += int(_strided_read(self._buf, LINE_BYTES, numba.get_num_threads()))
 
 
 @dataclass(frozen=True)

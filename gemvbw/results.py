@@ -299,8 +299,8 @@ def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size
     elif flush_mib:
         notes.append(Note(
             "flush-not-guaranteed",
-            f"a {flush_mib} MiB strided read before each call conditions the caches; it does not guarantee "
-            "that the weights come from DRAM",
+            f"a {flush_mib} MiB strided read before each call (by each of the run's threads, so that every core's "
+            "own caches are flushed) conditions the caches; it does not guarantee that the weights come from DRAM",
             "shapes much larger than the last-level cache give the most trustworthy figures",
         ))
     if thread_limit is not None and threads == thread_limit < affinity_size:

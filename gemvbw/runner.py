@@ -107,6 +107,7 @@ class Sweep:
         rec.system = system.describe()
         llc, llc_source = llc_in_force(s.llc_mib, rec.system.get("llc_bytes"))
         rec.system["llc_bytes_used"] = llc
+        rec.system["flush_threads"] = numba.get_num_threads()  # each reads the whole flush (CacheFlusher)
         rec.notes.extend(run_notes(s.flush_mib, llc, s.threads, len(rec.system["affinity"]), llc_source,
                                    s.block, min(K for _, K in s.shape_list), rec.system["affinity_mixed"],
                                    s.act, _usable("i8", s.bits, s.block), rec.system.get("emulated"),

@@ -3,6 +3,8 @@ and the views of a run that no other test reads (values asserted, machine facts 
 
 import json
 
+import numba
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -194,13 +196,45 @@ def test_info_without_numba():
 
 
 def test_the_flush_reads_one_byte_per_cache_line():
-    flusher = CacheFlusher(1)  # 1 MiB of ones: 16384 lines of 64 bytes, read once at creation
-    assert flusher.sink == (1 << 20) // 64
+    flusher = CacheFlusher(1)  # 1 MiB of ones: 16384 lines of 64 bytes, read once at creation by each thread
+    threads = numba.get_num_threads()
+    assert flusher.sink == threads * (1 << 20) // 64
     flusher.flush()
-    assert flusher.sink == 2 * (1 << 20) // 64
+    assert flusher.sink == 2 * threads * (1 << 20) // 64
     warm = CacheFlusher(0)
     warm.flush()
     assert warm.sink == 0 and warm.flush_mib == 0
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 64, 65, 4096 + 7, 100_000])
+def test_each_thread_of_the_flush_reads_every_line_once(nbytes):
+    """Each of the threads (parts) reads every line's first byte once, whatever share it starts at: none skipped
+    at the wrap, none read twice. Each line's byte is made distinct, so a line read twice or missed changes the
+    sum."""
+    from gemvbw.harness import LINE_BYTES, _strided_read
+
+    buf = np.zeros(nbytes, np.uint8)
+    firsts = np.arange(0, nbytes, LINE_BYTES)
+    buf[firsts] = (np.arange(firsts.size) % 251 + 1).astype(np.uint8)
+    for parts in (1, 2, 3, 7, 64):
+        assert int(_strided_read(buf, LINE_BYTES, parts)) == parts * int(buf[firsts].astype(np.int64).sum())
+
+
+def test_the_flush_is_read_by_every_thread_in_force(monkeypatch):
+    from gemvbw import harness
+
+    seen = []
+    real = harness._strided_read
+    monkeypatch.setattr(harness, "_strided_read", lambda buf, stride, parts: seen.append(parts) or real(buf, stride, parts))
+    before = numba.get_num_threads()
+    try:
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            flusher = harness.CacheFlusher(1)
+            flusher.flush()
+            assert seen[-2:] == [threads, threads] and flusher.sink == 2 * threads * (1 << 20) // 64
+    finally:
+        numba.set_num_threads(before)
 
 
 def test_call_overhead_and_timer_step_from_the_clock(monkeypatch):
@@ -526,7 +560,7 @@ def test_the_flush_buffer_is_its_size_in_bytes():
     finally:
         tracemalloc.stop()
     assert 2 << 20 <= held < (2 << 20) + (64 << 10)  # one byte per byte of the flush, not an 8-byte float each
-    assert flusher.sink == (2 << 20) // 64  # each line read once, at construction
+    assert flusher.sink == numba.get_num_threads() * (2 << 20) // 64  # each line read once per thread, at construction
 
 
 def test_overhead_line_of_a_warm_and_of_a_cold_run():

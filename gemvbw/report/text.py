@@ -47,6 +47,8 @@ def header_lines(record: SweepRecord) -> list[str]:
         f"threads {s['threads']}; "
         f"numba {sysinfo.get('numba')} ({sysinfo.get('threading_layer')}), python {sysinfo.get('python')}",
         f"flush: {s['flush_mib']} MiB before each call" + (" (warm cache)" if not s["flush_mib"] else "")
+        + (f", read by each of the {sysinfo['flush_threads']} threads" if s["flush_mib"] and (sysinfo.get("flush_threads") or 1) > 1
+           else "")
         + f"; metadata {META_NAMES[s['meta_bytes']]}; act {s['act']}; kernel {s['kernel']}; seed {s['seed']}",
     ] + act_lines(record)
 
