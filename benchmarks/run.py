@@ -239,9 +239,9 @@ def mnn_side_by_side(i8: dict, mnn: dict[int, float], shape: str,
         lines.append(f"w{bits} | {cell(r)} | {ours} | {fixed} | {theirs} | {around} | {ratio}")
     return lines + ["", "gemvbw's fixed cost: its kernel's latency on a 16-row, two-block matrix after the same flush "
                     "(a call that moves almost no bytes, with its code, arguments and workspace out of cache as well "
-                    "as its weights; MNN's method flushes before each call too). With 2 threads the second thread's "
-                    "wake-up overlaps the first's reads, so it can come near a whole row's latency: a figure to "
-                    "compare with, not a part to subtract.", ""]
+                    "as its weights; MNN's method flushes before each call too). gemvbw's flush is read by each of its "
+                    "threads (MNN's by its calling thread), so its threads are running when a call starts: a figure "
+                    "to compare with, not a part to subtract.", ""]
 
 
 def fixed_cost(r: dict | None) -> str:

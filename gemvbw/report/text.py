@@ -19,8 +19,9 @@ EXPLANATIONS = [
     "costs is shown apart (act err).",
     "fixed us: the same kernel's median latency on a 16-row, two-block matrix after the same flush, what a call "
     "costs that moves almost no bytes once its code, arguments and workspace are out of cache as well as its "
-    "weights (an empty call pays less; in decode the kernel's code stays cached). With threads, their wake-up "
-    "overlaps the first thread's reads: a figure to compare a row with, not a part of it to subtract.",
+    "weights (an empty call pays less; in decode the kernel's code stays cached). The flush is read by every "
+    "thread, so the threads are running when a call starts: a figure to compare a row with, not a part of it to "
+    "subtract.",
 ]
 
 
