@@ -41,6 +41,7 @@ def header_lines(record: SweepRecord) -> list[str]:
     how = "pinned with --cpus" if s.get("cpus") else "affinity mask"
     groups = sysinfo.get("clusters") or []
     where = "; ".join(cluster_words(i, groups[i]) for i in sysinfo.get("affinity_clusters") or [] if i < len(groups))
+    flush_threads = sysinfo.get("flush_threads") or 1  # absent from records of before the per-thread flush
     return [
         f"cpu: {sysinfo.get('cpu')} ({sysinfo.get('machine')}; {isa})",
         f"cpus: {format_cpus(sysinfo.get('affinity') or [])} ({how}) in cluster {where}"
@@ -48,8 +49,7 @@ def header_lines(record: SweepRecord) -> list[str]:
         f"threads {s['threads']}; "
         f"numba {sysinfo.get('numba')} ({sysinfo.get('threading_layer')}), python {sysinfo.get('python')}",
         f"flush: {s['flush_mib']} MiB before each call" + (" (warm cache)" if not s["flush_mib"] else "")
-        + (f", read by each of the {sysinfo['flush_threads']} threads" if s["flush_mib"] and (sysinfo.get("flush_threads") or 1) > 1
-           else "")
+        + (f", read by each of the {flush_threads} threads" if s["flush_mib"] and flush_threads > 1 else "")
         + f"; metadata {META_NAMES[s['meta_bytes']]}; act {s['act']}; kernel {s['kernel']}; seed {s['seed']}",
     ] + act_lines(record)
 
