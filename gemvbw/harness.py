@@ -83,6 +83,8 @@ class Group:
     """One group of timed iterations: its latencies and their mean and sample SD."""
 
     latencies_ns: tuple[int, ...]
+    # the process's involuntary context switches inside each timed call (None: not counted)
+    switches: tuple[int, ...] | None = None
 
     @property
     def iters(self) -> int:
@@ -107,6 +109,13 @@ class Measurement:
     @property
     def all_ns(self) -> list[int]:
         return [t for g in self.groups for t in g.latencies_ns]
+
+    @property
+    def switches_per_call(self) -> list[int] | None:
+        """Involuntary context switches inside each timed call, every group; None when not counted."""
+        if any(g.switches is None for g in self.groups):
+            return None
+        return [n for g in self.groups for n in g.switches]
 
     @property
     def best_avg_us(self) -> float:
@@ -151,12 +160,16 @@ def time_groups(
     stable_within: float = 0.05,
     clock: Callable[[], int] = time.perf_counter_ns,
     monotonic: Callable[[], float] = time.monotonic,
+    switches: Callable[[], int] | None = None,
 ) -> Measurement:
     """``reps`` groups of ``iters`` timed calls, each after a cache flush.
 
     With ``max_seconds`` > 0, groups are added until the last ``reps`` group
     means agree within ``stable_within`` (relative spread) or the time is up.
     ``clock`` times the calls (ns) and ``monotonic`` the budget (s): tests give their own.
+    ``switches``, a counter of the process's involuntary context switches (gemvbw.contention), is read
+    just outside the timer on both sides of each call, so that preemptions during the flushes, which can
+    take far longer than the calls, are not counted against them.
     """
     call()  # one warm-up call outside the timing (compilation is done by then)
     started = monotonic()
@@ -168,13 +181,21 @@ def time_groups(
     # (max_seconds >= 0 would read the same: with no budget, the time spent is never under 0 s)
     while len(groups) < reps or (max_seconds > 0 and not settled() and monotonic() - started < max_seconds):
         lat = []
+        held = [] if switches is not None else None
         for _ in range(iters):
             flusher.flush()
-            t0 = clock()
-            call()
-            t1 = clock()
+            if held is None:
+                t0 = clock()
+                call()
+                t1 = clock()
+            else:
+                before = switches()
+                t0 = clock()
+                call()
+                t1 = clock()
+                held.append(switches() - before)
             lat.append(t1 - t0)
-        group = Group(tuple(lat))
+        group = Group(tuple(lat), None if held is None else tuple(held))
         groups.append(group)
         if on_group is not None:
             on_group(len(groups) - 1, group)

@@ -123,7 +123,8 @@ class KernelResult:
             "robust_spread": m.robust_spread, "contention": self.contention,
             "group_spread": m.group_spread, "groups_extended": m.extended, "stable": m.stable,
             "groups": [
-                {"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us, "latencies_ns": list(g.latencies_ns)}
+                {"iters": g.iters, "mean_us": g.mean_us, "sd_us": g.sd_us, "latencies_ns": list(g.latencies_ns),
+                 "switches": None if g.switches is None else list(g.switches)}
                 for g in m.groups
             ],
             "logical_bytes": self.logical_bytes, "stored_bytes": self.stored_bytes,

@@ -206,8 +206,8 @@ class Sweep:
 
         before = contention.snapshot()
         measurement = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, flusher, on_group=group_done,
-                                  max_seconds=s.max_seconds)
-        held = contention.between(before, contention.snapshot(), sum(g.iters for g in measurement.groups))
+                                  max_seconds=s.max_seconds, switches=contention.involuntary_switches)
+        held = contention.between(before, contention.snapshot(), measurement.groups)
         warm = None
         if s.compare_warm:
             warm = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, self.no_flush,

@@ -505,13 +505,13 @@ def test_memory_errors_name_what_does_not_fit():
     from gemvbw import settings as st
 
     with pytest.raises(st.SettingsError) as info:
-        st.resolve({"flush_mib": "100000"}, environ={}, cpus=[0], available_bytes=2 << 30)
+        st.resolve({"flush_mib": "100000"}, environ={}, cpus=[0], available_bytes=2 << 30, llc_bytes=None)
     assert info.value.source == "--flush-mib"
     with pytest.raises(st.SettingsError) as info:
-        st.resolve({"M": "65536", "K": "65536", "bits": "8"}, environ={}, cpus=[0], available_bytes=2 << 30)
+        st.resolve({"M": "65536", "K": "65536", "bits": "8"}, environ={}, cpus=[0], available_bytes=2 << 30, llc_bytes=None)
     assert info.value.source == "--M/--K" and "drop 8 from --bits" not in str(info.value)  # 8 is the only width
     with pytest.raises(st.SettingsError, match="drop 8 from --bits"):
-        st.resolve({"M": "65536", "K": "65536", "bits": "8,2"}, environ={}, cpus=[0], available_bytes=6 << 30)
+        st.resolve({"M": "65536", "K": "65536", "bits": "8,2"}, environ={}, cpus=[0], available_bytes=6 << 30, llc_bytes=None)
 
 
 def test_cpu_ranges_are_bounded_before_they_are_expanded():
@@ -598,15 +598,54 @@ def test_noisy_is_judged_by_the_bulk_of_the_calls_not_a_few_outliers():
                                                      CallOverhead(1.0, 1.0, 40.0), rf, 1 << 40, None, 64)}
 
 
-def test_contention_is_detected_from_preemptions_and_steal():
+def test_contention_is_detected_from_preemptions_inside_the_calls_and_steal():
     from gemvbw import contention
+    from gemvbw.harness import Group
 
-    quiet = contention.between(contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(12, 5.0, 110.0), 100)
-    assert quiet == {"involuntary_switches": 2, "calls": 100, "steal_share": 0.0, "contended": False}
-    busy = contention.between(contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(90, 5.0, 110.0), 100)
-    assert busy["contended"] and contention.message(busy).startswith("the process was preempted 80 times in 100")
-    stolen = contention.between(contention.Snapshot(0, 5.0, 100.0), contention.Snapshot(0, 6.0, 110.0), 100)
+    quiet_snap, busy_snap = contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(90, 5.0, 110.0)
+    # 80 switches in the whole timing, 1 inside a call of the slower group: the flushes took the rest
+    flushes = contention.between(quiet_snap, busy_snap,
+                                 [Group((100,) * 50, (0,) * 50), Group((100,) * 49 + (3000,), (0,) * 49 + (1,))])
+    assert flushes == {"calls": 100, "preempted_calls": 1, "switches_in_calls": 1, "involuntary_switches": 80,
+                       "best_group_slowdown": 0.0, "steal_share": 0.0, "contended": False}
+    # the best group itself: one preempted call of 100 us calls made its mean 58 % slower
+    best = Group((100,) * 49 + (3000,), (0,) * 49 + (3,))
+    busy = contention.between(quiet_snap, busy_snap, [best, Group((200,) * 50, (0,) * 50)])
+    assert busy["contended"] and busy["best_group_slowdown"] == pytest.approx(0.58)
+    assert contention.message(busy).startswith(
+        "1 of the 100 timed calls was preempted (3 involuntary context switches inside them, 80 in the whole "
+        "timing with its flushes), which made the best group's mean 58.0% slower than its other calls; "
+        "the hypervisor took 0% of the CPU time (steal)")
+    # a long call preempted once in a hundred barely moves the mean: no note
+    mild = Group((2_000_000,) * 99 + (2_500_000,), (0,) * 99 + (1,))
+    assert not contention.between(quiet_snap, busy_snap, [mild])["contended"]
+    every = contention.between(quiet_snap, busy_snap, [Group((100, 100), (1, 2))])
+    assert every["contended"] and every["best_group_slowdown"] is None
+    assert "every call of the best group among them" in contention.message(every)
+    stolen = contention.between(contention.Snapshot(0, 5.0, 100.0), contention.Snapshot(0, 6.0, 110.0),
+                                [Group((100,) * 10, (0,) * 10)])
     assert stolen["contended"] and stolen["steal_share"] == pytest.approx(0.1)
+
+
+def test_time_groups_counts_the_switches_inside_each_call_only():
+    from gemvbw.harness import CacheFlusher, Measurement, time_groups
+
+    count = {"n": 0, "call": 0}
+
+    class BusyFlush(CacheFlusher):  # every flush is preempted 5 times
+        def flush(self):
+            count["n"] += 5
+
+    def call():  # every third call is preempted twice
+        count["call"] += 1
+        count["n"] += 2 if count["call"] % 3 == 0 else 0
+
+    m = time_groups(call, 4, 2, BusyFlush(0), switches=lambda: count["n"])
+    # the warm-up is call 1: the timed calls are 2..9, and 3, 6 and 9 were preempted
+    assert [g.switches for g in m.groups] == [(0, 2, 0, 0), (2, 0, 0, 2)]
+    assert m.switches_per_call == [0, 2, 0, 0, 2, 0, 0, 2]
+    assert time_groups(call, 2, 1, BusyFlush(0)).switches_per_call is None  # not counted unless asked
+    assert Measurement(m.groups[:1] + (m.groups[1].__class__((1, 2)),)).switches_per_call is None
 
 
 def test_model_and_soak_honour_the_variables_of_their_options(tmp_path):
