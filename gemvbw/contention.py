@@ -50,24 +50,23 @@ def snapshot() -> Snapshot:
     return Snapshot(involuntary, steal, busy)
 
 
-def preemption_slowdown(latencies_ns, switches) -> float | None:
+def preemption_slowdown(group) -> float | None:
     """How much slower a group's mean is than the mean of its calls that were not preempted (0.1: 10 %);
-    None when every call was."""
-    calm = [t for t, n in zip(latencies_ns, switches) if n == 0]
+    None when every call was. ``group``: a gemvbw.harness.Group with its switches counted."""
+    calm = [t for t, n in zip(group.latencies_ns, group.switches) if n == 0]
     if not calm:
         return None
-    return (sum(latencies_ns) / len(latencies_ns)) / (sum(calm) / len(calm)) - 1
+    return group.mean_us * 1e3 / (sum(calm) / len(calm)) - 1
 
 
-def between(before: Snapshot, after: Snapshot, groups) -> dict:
+def between(before: Snapshot, after: Snapshot, measurement) -> dict:
     """What happened between two snapshots taken around a timing, for the JSON, and whether it is worth a note.
-    ``groups``: the timing's groups (gemvbw.harness.Group), with the switches counted inside each call."""
+    ``measurement``: that timing (gemvbw.harness.Measurement), with the switches counted inside each call."""
     steal = None
     if before.steal_s is not None and after.steal_s is not None and after.busy_s and after.busy_s > before.busy_s:
         steal = (after.steal_s - before.steal_s) / (after.busy_s - before.busy_s)
-    per_call = [n for g in groups for n in g.switches]
-    best = min(groups, key=lambda g: sum(g.latencies_ns) / len(g.latencies_ns))
-    slowdown = preemption_slowdown(best.latencies_ns, best.switches)
+    per_call = measurement.switches_per_call
+    slowdown = preemption_slowdown(measurement.best_group)
     return {"calls": len(per_call), "preempted_calls": sum(1 for n in per_call if n > 0),
             "switches_in_calls": sum(per_call), "involuntary_switches": after.involuntary - before.involuntary,
             "best_group_slowdown": slowdown, "steal_share": steal,

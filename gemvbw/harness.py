@@ -118,9 +118,14 @@ class Measurement:
         return [n for g in self.groups for n in g.switches]
 
     @property
+    def best_group(self) -> Group:
+        """The group with the lowest mean."""
+        return min(self.groups, key=lambda g: g.mean_us)
+
+    @property
     def best_avg_us(self) -> float:
         """The lowest group mean: MNN's best-of-N latency."""
-        return min(g.mean_us for g in self.groups)
+        return self.best_group.mean_us
 
     @property
     def overall_mean_us(self) -> float:
@@ -184,17 +189,13 @@ def time_groups(
         held = [] if switches is not None else None
         for _ in range(iters):
             flusher.flush()
-            if held is None:
-                t0 = clock()
-                call()
-                t1 = clock()
-            else:
-                before = switches()
-                t0 = clock()
-                call()
-                t1 = clock()
-                held.append(switches() - before)
+            before = switches() if held is not None else 0
+            t0 = clock()
+            call()
+            t1 = clock()
             lat.append(t1 - t0)
+            if held is not None:
+                held.append(switches() - before)
         group = Group(tuple(lat), None if held is None else tuple(held))
         groups.append(group)
         if on_group is not None:

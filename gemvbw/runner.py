@@ -207,7 +207,7 @@ class Sweep:
         before = contention.snapshot()
         measurement = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, flusher, on_group=group_done,
                                   max_seconds=s.max_seconds, switches=contention.involuntary_switches)
-        held = contention.between(before, contention.snapshot(), measurement.groups)
+        held = contention.between(before, contention.snapshot(), measurement)
         warm = None
         if s.compare_warm:
             warm = time_groups(kernels.call_on(run, x, y), s.iters, s.reps, self.no_flush,

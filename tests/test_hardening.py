@@ -600,17 +600,17 @@ def test_noisy_is_judged_by_the_bulk_of_the_calls_not_a_few_outliers():
 
 def test_contention_is_detected_from_preemptions_inside_the_calls_and_steal():
     from gemvbw import contention
-    from gemvbw.harness import Group
+    from gemvbw.harness import Group, Measurement
 
     quiet_snap, busy_snap = contention.Snapshot(10, 5.0, 100.0), contention.Snapshot(90, 5.0, 110.0)
     # 80 switches in the whole timing, 1 inside a call of the slower group: the flushes took the rest
     flushes = contention.between(quiet_snap, busy_snap,
-                                 [Group((100,) * 50, (0,) * 50), Group((100,) * 49 + (3000,), (0,) * 49 + (1,))])
+                                 Measurement((Group((100,) * 50, (0,) * 50), Group((100,) * 49 + (3000,), (0,) * 49 + (1,)))))
     assert flushes == {"calls": 100, "preempted_calls": 1, "switches_in_calls": 1, "involuntary_switches": 80,
                        "best_group_slowdown": 0.0, "steal_share": 0.0, "contended": False}
     # the best group itself: one preempted call of 100 us calls made its mean 58 % slower
     best = Group((100,) * 49 + (3000,), (0,) * 49 + (3,))
-    busy = contention.between(quiet_snap, busy_snap, [best, Group((200,) * 50, (0,) * 50)])
+    busy = contention.between(quiet_snap, busy_snap, Measurement((best, Group((200,) * 50, (0,) * 50))))
     assert busy["contended"] and busy["best_group_slowdown"] == pytest.approx(0.58)
     assert contention.message(busy).startswith(
         "1 of the 100 timed calls was preempted (3 involuntary context switches inside them, 80 in the whole "
@@ -618,12 +618,12 @@ def test_contention_is_detected_from_preemptions_inside_the_calls_and_steal():
         "the hypervisor took 0% of the CPU time (steal)")
     # a long call preempted once in a hundred barely moves the mean: no note
     mild = Group((2_000_000,) * 99 + (2_500_000,), (0,) * 99 + (1,))
-    assert not contention.between(quiet_snap, busy_snap, [mild])["contended"]
-    every = contention.between(quiet_snap, busy_snap, [Group((100, 100), (1, 2))])
+    assert not contention.between(quiet_snap, busy_snap, Measurement((mild,)))["contended"]
+    every = contention.between(quiet_snap, busy_snap, Measurement((Group((100, 100), (1, 2)),)))
     assert every["contended"] and every["best_group_slowdown"] is None
     assert "every call of the best group among them" in contention.message(every)
     stolen = contention.between(contention.Snapshot(0, 5.0, 100.0), contention.Snapshot(0, 6.0, 110.0),
-                                [Group((100,) * 10, (0,) * 10)])
+                                Measurement((Group((100,) * 10, (0,) * 10),)))
     assert stolen["contended"] and stolen["steal_share"] == pytest.approx(0.1)
 
 
