@@ -1,7 +1,7 @@
 """MNN and gemvbw in the same minutes: the MNN bar of the x86 issue from rounds of the two side by side.
 
     python benchmarks/paired.py --mnn-bin PATH/run_test.out [--threads 1,2] [--rounds 4] [--shape 4096x14336]
-                                [--md PATH]
+                                [--flush-mib N] [--md PATH]
 
 run.py sets MNN's better run beside gemvbw's better sweep, each taken minutes from the other; on a host
 whose bandwidth moves 2x within a minute, that ratio is as much the minutes' as the kernels'. Here, per thread
@@ -10,7 +10,8 @@ auto, --act auto, 3 groups of 200 cold calls, every kernel verified first: the m
 on the same shape, the order swapped every round so that a drift within a round favours neither side over two.
 Per width it prints each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar
 (ratio >= 1.3, or gemvbw at >= 95 % of its read roofline and no slower) and each side's share of the read
-roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it).
+roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it). Both sides
+read the sweep's default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB).
 Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the
 script with that error.
 """
@@ -25,7 +26,7 @@ import sys
 from typing import NamedTuple
 
 from gemvbw.settings import SettingsError, parse_shape
-from run import AT_WALL, MNN_BAR as BAR, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/, on sys.path
+from run import AT_WALL, MNN_BAR as BAR, SWEEP_FLUSH_MIB, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
 from run import meets_mnn_bar as meets_bar
 
 
@@ -44,14 +45,16 @@ def mnn_first(index: int) -> bool:
     return index % 2 == 0
 
 
-def run_round(mnn_bin: str, threads: int, shape: str, index: int) -> Round:
+def run_round(mnn_bin: str, threads: int, shape: str, index: int, flush_mib: int | None = None) -> Round:
+    """``flush_mib`` None: the sweep's default flush, MNN told the same."""
     M, K = shape.split("x")
 
     def ours() -> dict:
-        return gemvbw("sweep", "--M", M, "--K", K, "--threads", str(threads))
+        cold = [] if flush_mib is None else ["--flush-mib", str(flush_mib)]
+        return gemvbw("sweep", "--M", M, "--K", K, *cold, "--threads", str(threads))
 
     def theirs() -> dict[int, float]:
-        widths = run_mnn(mnn_bin, threads, shape)[1]
+        widths = run_mnn(mnn_bin, threads, shape, SWEEP_FLUSH_MIB if flush_mib is None else flush_mib)[1]
         if not widths:
             raise SystemExit(f"MNN printed no figures for {shape}: a build that ignores MNN_GEMVBW_M/K runs only "
                              "4096x14336 (see benchmarks/peers/README.md)")
@@ -94,10 +97,14 @@ def main() -> int:
     ap.add_argument("--threads", help="thread counts, comma list (default: 1 and all CPUs in the affinity mask)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per thread count and shape (default 4)")
     ap.add_argument("--shape", action="append", help="MxK, repeatable (default 4096x14336)")
+    ap.add_argument("--flush-mib", type=int,
+                    help=f"MiB both sides read before every call (default: the sweep's own, {SWEEP_FLUSH_MIB} here)")
     ap.add_argument("--md", help="also write the tables to this markdown file")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds: at least 1")
+    if args.flush_mib is not None and args.flush_mib < 1:
+        ap.error(f"--flush-mib: {args.flush_mib} MiB; the cold figures need a flush, give 1 or more")
     if not os.access(args.mnn_bin, os.X_OK):
         ap.error(f"--mnn-bin {args.mnn_bin}: not an executable file; build MNN's run_test.out (see "
                  "benchmarks/peers/README.md)")
@@ -111,7 +118,7 @@ def main() -> int:
     lines = []
     for shape in shapes:
         for t in counts:
-            rounds = [run_round(args.mnn_bin, t, shape, i) for i in range(args.rounds)]
+            rounds = [run_round(args.mnn_bin, t, shape, i, args.flush_mib) for i in range(args.rounds)]
             md = table(rounds, shape, t)
             print("\n".join(md), flush=True)
             lines += md

@@ -1,6 +1,6 @@
 """Run gemvbw's own benchmark set and write benchmarks/RESULTS.md.
 
-    python benchmarks/run.py [--iters 50] [--threads 1,2] [--out benchmarks/RESULTS.md]
+    python benchmarks/run.py [--iters 50] [--threads 1,2] [--out benchmarks/RESULTS.md] [--flush-mib N]
                              [--ggml-bin PATH/test-backend-ops] [--mnn-bin PATH/run_test.out]
 
 What it runs, through the CLI a user has (nothing is timed here itself):
@@ -34,7 +34,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    to back at 4096x14336, the order swapped every round, for the MNN bar at the same minutes.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up over the others,
 and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
-machine and the date. Run it on a quiet machine: nothing else compiling or measuring.
+machine and the date. --flush-mib N sets the flush before every cold call on every side (gemvbw's sweeps and model
+run, wall.py, paired.py, MNN's test): the default, the sweep's own (4x the last-level cache), is 1920 MiB on a VM
+that reports a 480 MiB L3, about 0.1 s per call and hours per run; the sweeps then note a flush below their own. Run it on a quiet machine: nothing else compiling or measuring.
 """
 
 from __future__ import annotations
@@ -96,14 +98,15 @@ def run_ggml(binary: str) -> tuple[str, dict[str, float]]:
     return out, {m.group(1): float(m.group(4)) for m in GGML_LINE.finditer(out)}
 
 
-def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float]]:
-    """MNN's GemvBW test as built, on one shape: its printed table, and us/iter per width.
+def run_mnn(binary: str, threads: int, shape: str, flush_mib: int = SWEEP_FLUSH_MIB) -> tuple[str, dict[int, float]]:
+    """MNN's GemvBW test as built, on one shape, reading ``flush_mib`` MiB before each call: its printed table,
+    and us/iter per width.
 
     The shape goes through MNN_GEMVBW_M/K; a build that ignores them (MNN's current test hard-codes
     4096x14336) prints another shape in its header, and its figures are then left out."""
     M, K = shape.split("x")
     cmd = [binary, "speed/GemvBW", "0", "2", str(threads)]
-    flush = str(SWEEP_FLUSH_MIB)
+    flush = str(flush_mib)
     print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K} MNN_GEMVBW_FLUSH_MIB={flush}", " ".join(cmd), file=sys.stderr,
           flush=True)
     env = {**os.environ, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K, "MNN_GEMVBW_FLUSH_MIB": flush}
@@ -111,8 +114,8 @@ def run_mnn(binary: str, threads: int, shape: str) -> tuple[str, dict[int, float
     if f"W({M}x{K})" not in out:
         print(f"  MNN ran another shape than {shape}: its figures are left out", file=sys.stderr)
         return out, {}
-    if (theirs := mnn_flush_mib(out)) != SWEEP_FLUSH_MIB:
-        print(f"  MNN flushed {theirs} MiB before each call, gemvbw {SWEEP_FLUSH_MIB}: a build without "
+    if (theirs := mnn_flush_mib(out)) != flush_mib:
+        print(f"  MNN flushed {theirs} MiB before each call, gemvbw {flush_mib}: a build without "
               "the MNN_GEMVBW_FLUSH_MIB line (benchmarks/peers/README.md)", file=sys.stderr)
     return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
 
@@ -142,19 +145,19 @@ def read_now(threads: int) -> float:
         return json.loads(out.read_text())["rooflines"][-1]["read_gbps"]
 
 
-def mnn_flush_note(runs: list[MnnPass]) -> str:
-    """How both sides flushed, for the side-by-side's text."""
+def mnn_flush_note(runs: list[MnnPass], flush_mib: int) -> str:
+    """How both sides flushed (gemvbw ``flush_mib`` MiB), for the side-by-side's text."""
     flushes = sorted({mnn_flush_mib(out) for run in runs for out, _ in run.shapes.values()})
-    if flushes == [SWEEP_FLUSH_MIB]:
-        return f"a {SWEEP_FLUSH_MIB} MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
-    return (f"gemvbw reads {SWEEP_FLUSH_MIB} MiB before every call, MNN "
+    if flushes == [flush_mib]:
+        return f"a {flush_mib} MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
+    return (f"gemvbw reads {flush_mib} MiB before every call, MNN "
             f"{'/'.join(map(str, flushes))} MiB: its build lacks the MNN_GEMVBW_FLUSH_MIB line, and a smaller "
             "flush can leave part of its matrix cached")
 
 
-def mnn_pass(binary: str, threads: int) -> MnnPass:
+def mnn_pass(binary: str, threads: int, flush_mib: int) -> MnnPass:
     before = read_now(threads)
-    shapes = {shape: run_mnn(binary, threads, shape) for shape in SHAPES}
+    shapes = {shape: run_mnn(binary, threads, shape, flush_mib) for shape in SHAPES}
     return MnnPass(shapes, (before, read_now(threads)))
 
 
@@ -404,18 +407,26 @@ def main() -> int:
     ap.add_argument("--aarch64-asm", metavar="JSON",
                     help="asm_check.py --json written in the emulated aarch64 userland (.ci/arm64 --setup), for "
                          "the aarch64 section")
+    ap.add_argument("--flush-mib", type=int,
+                    help=f"MiB read before every cold call, by every side (default: the sweep's own, {SWEEP_FLUSH_MIB} "
+                         "here; a smaller one makes a run shorter where the last-level cache is large, and the sweeps "
+                         "then say that their weights may stay cached)")
     args = ap.parse_args()
+    if args.flush_mib is not None and args.flush_mib < 1:
+        ap.error(f"--flush-mib: {args.flush_mib} MiB; the cold figures need a flush, give 1 or more")
+    flush_mib = SWEEP_FLUSH_MIB if args.flush_mib is None else args.flush_mib
+    cold = [] if args.flush_mib is None else ["--flush-mib", str(flush_mib)]  # the sweeps' own default otherwise
     cpus = len(os.sched_getaffinity(0))
     counts = thread_counts(args.threads)
     top = max(counts)
     started = dt.datetime.now(dt.timezone.utc)
     it = ["--iters", args.iters]
     ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
-    mnn_runs = {t: [mnn_pass(args.mnn_bin, t)] for t in counts} if args.mnn_bin else {}
+    mnn_runs = {t: [mnn_pass(args.mnn_bin, t, flush_mib)] for t in counts} if args.mnn_bin else {}
     shapes = sum((["--shape", s] for s in SHAPES), [])
-    f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, "--threads", str(top))
+    f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, *cold, "--threads", str(top))
     def int8_sweeps(t: int) -> tuple[dict, dict]:  # cold on every shape, and warm at 4096x14336
-        return (gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, "--threads", str(t)),
+        return (gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, *cold, "--threads", str(t)),
                 gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
                        *it, "--threads", str(t)))
 
@@ -427,19 +438,19 @@ def main() -> int:
         i8[t], warm[t] = int8_sweeps(t)
     # each tier against a plain read of the same bytes, interleaved (the wall it had); and every width's kernels
     # and reads in the same rounds (the latency ratios at the same minutes)
-    walls = {t: script_md("wall.py", "--threads", str(t)) for t in counts}
-    ratios = {t: script_md("wall.py", "--latency-ratios", "--threads", str(t)) for t in counts}
+    walls = {t: script_md("wall.py", "--threads", str(t), *cold) for t in counts}
+    ratios = {t: script_md("wall.py", "--latency-ratios", "--threads", str(t), *cold) for t in counts}
     if args.ggml_bin:
         ggml_runs.append(run_ggml(args.ggml_bin))
     for t in mnn_runs:
-        mnn_runs[t].append(mnn_pass(args.mnn_bin, t))
+        mnn_runs[t].append(mnn_pass(args.mnn_bin, t, flush_mib))
     for t in counts:
         again, warm_again = int8_sweeps(t)
         i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
     # MNN and gemvbw's default sweep back to back in rounds: the MNN bar at the same minutes
     paired = {t: script_md("paired.py", "--mnn-bin", args.mnn_bin, "--threads", str(t), "--rounds",
-                           str(args.paired_rounds)) for t in counts} if args.mnn_bin and args.paired_rounds else {}
-    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, "--threads", str(top))
+                           str(args.paired_rounds), *cold) for t in counts} if args.mnn_bin and args.paired_rounds else {}
+    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, *cold, "--threads", str(top))
               for act in ("auto", "f32")}
     with tempfile.TemporaryDirectory() as d:
         asm_json = Path(d) / "asm.json"
@@ -498,7 +509,7 @@ def main() -> int:
             lines += [f"### Side by side with MNN, {t} thread(s)", "",
                       f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before gemvbw's sweeps and "
                       "between its two int8 runs; the better of its two latencies is shown, beside gemvbw's better. "
-                      f"Both are cold ({mnn_flush_note(mnn_runs[t])}) and count the same bytes (MNN's formula, fp16 "
+                      f"Both are cold ({mnn_flush_note(mnn_runs[t], flush_mib)}) and count the same bytes (MNN's formula, fp16 "
                       "metadata); a ratio above 1: MNN takes "
                       "longer than gemvbw. This host's bandwidth moves from minute to minute, so each side is also "
                       "set against its own minutes: gemvbw's row against its sweep's read roofline, MNN's against "

@@ -1,7 +1,7 @@
 """Column-tile and packed-4x2 variants against the wall: streams per thread, prefetch distance and hint.
 
     python benchmarks/tile_variants.py [--threads 2] [--rounds 9] [--tier avx512vnni-zmm] [--bits 8,4,3,2]
-                                       [--shape 4096x14336] [--variants "streams=2;streams=4"]
+                                       [--shape 4096x14336] [--variants "streams=2;streams=4"] [--flush-mib N]
     python benchmarks/tile_variants.py --format 4x2 --tier avx2 --variants ";locality=3;ahead=4096,locality=3"
 
 A variant is a list of the kernel tag's options, ``name=value`` joined by commas: ``ahead`` (bytes ahead to
@@ -15,8 +15,8 @@ and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` an
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
 each variant, checks that they all give the same y bit for bit and that it matches the numpy reference, and
 times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
-of the same bytes (1, 4 and 8 streams per thread), each call after the sweep's default flush, 20 calls per
-round; it prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
+of the same bytes (1, 4 and 8 streams per thread), each call after the sweep's default flush (or --flush-mib's),
+20 calls per round; it prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
 and more than once.
 """
 
@@ -75,7 +75,7 @@ def check_options(fmt: str, tier: str, variants: dict[str, dict[str, int]]) -> N
 
 
 def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, int]], threads: int, rounds: int,
-            calls: int = 20, fmt: str = "c4") -> tuple[dict[str, float], int]:
+            calls: int = 20, fmt: str = "c4", flush_mib: int = SWEEP_FLUSH_MIB) -> tuple[dict[str, float], int]:
     x = random_activations(K, 0)
     y = np.empty(M, np.float32)
     qm = random_quantized(M, K, bits, seed=bits)
@@ -92,7 +92,7 @@ def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, 
     err = relative_error(outs[0], *reference_gemv(qm, spec.reference_x(x, qm.block)))
     if not err <= spec.tolerance:
         raise SystemExit(f"w{bits}: the variants' y is off the reference (max rel err {err:.2e}); not timed")
-    return interleaved_medians(runs, rounds, calls), qm.logical_bytes
+    return interleaved_medians(runs, rounds, calls, flush_mib), qm.logical_bytes
 
 
 def main(argv=None) -> int:
@@ -106,7 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", default="8,4,3,2")
     ap.add_argument("--format", choices=("c4", "4x2"), default="c4",
                     help="c4: the tier's column tiles (packed-<R>c4-<tier>); 4x2: its packed-4x2 kernels")
+    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB,
+                    help=f"MiB read before every call (default {SWEEP_FLUSH_MIB}, the sweep's here)")
     args = ap.parse_args(argv)
+    if args.flush_mib < 1:
+        ap.error(f"--flush-mib: {args.flush_mib} MiB; these are cold-cache figures, give 1 or more")
     if args.format == "c4" and args.tier not in tile.tile_tiers():
         ap.error(f"--tier: {args.tier!r} has no column tiles; one of {', '.join(tile.tile_tiers())}")
     from gemvbw.tiers import usable
@@ -121,10 +125,11 @@ def main(argv=None) -> int:
     numba.set_num_threads(args.threads)
     print(f"{system.describe_cpu()['cpu']}, {args.threads} thread(s), {args.shape}, {args.format} kernels of tier "
           f"{args.tier}, cold "
-          f"({SWEEP_FLUSH_MIB} MiB flush), median of {args.rounds} interleaved rounds of 20 calls; "
+          f"({args.flush_mib} MiB flush), median of {args.rounds} interleaved rounds of 20 calls; "
           "% of the fastest read")
     for bits in map(int, args.bits.split(",")):
-        med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds, fmt=args.format)
+        med, nbytes = measure(M, K, bits, args.tier, variants, args.threads, args.rounds, fmt=args.format,
+                            flush_mib=args.flush_mib)
         wall = min(us for n, us in med.items() if n.startswith("read"))
         print(f"w{bits}: " + "; ".join(f"{n} {us:.0f} us {nbytes / us / 1e3:.1f} GB/s {100 * wall / us:.0f}%"
                                        for n, us in med.items()), flush=True)

@@ -245,17 +245,26 @@ def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
                          {"bits": 4, "best_avg_us": None, "pct_read": None}],  # a row without figures
              "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(("gemvbw", args)) or sweep)
-    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape: calls.append(("mnn", (binary, t, shape)))
-                        or ("table", {8: 130.0, 4: 60.0}))
+    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush: calls.append(("mnn", (binary, t, shape,
+                        flush))) or ("table", {8: 130.0, 4: 60.0}))
     first = paired.run_round("bin", 2, "64x128", 0)
     second = paired.run_round("bin", 2, "64x128", 1)
     assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
-    assert calls[0][1] == ("bin", 2, "64x128")
+    assert calls[0][1] == ("bin", 2, "64x128", paired.SWEEP_FLUSH_MIB)  # MNN told the sweep's default flush
     assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--threads", "2")  # the defaults: auto, 200 x 3
     assert first.mnn_first and not second.mnn_first
     assert first._replace(mnn_first=False) == second
     assert first.gemvbw_us == {8: 100.0} and first.gemvbw_pct_read == {8: 96.0} and first.read_gbps == 40.0
     assert first.mnn_us == {8: 130.0, 4: 60.0}
+
+
+def test_paired_round_gives_both_sides_the_flush_asked_for(paired, monkeypatch):
+    calls = []
+    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0}], "roofline": {"read_gbps": 40.0}}
+    monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(args) or sweep)
+    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush: calls.append(flush) or ("t", {8: 1.0}))
+    paired.run_round("bin", 1, "64x128", 0, 512)
+    assert calls == [512, ("sweep", "--M", "64", "--K", "128", "--flush-mib", "512", "--threads", "1")]
 
 
 def test_paired_round_stops_when_mnn_ran_another_shape(paired, monkeypatch):
@@ -404,12 +413,14 @@ def test_run_mnn_passes_the_sweeps_flush_to_mnn(run, monkeypatch, tmp_path):
         return type("Done", (), {"stdout": out})()
 
     monkeypatch.setattr(run.subprocess, "run", fake_run)
-    monkeypatch.setattr(run, "SWEEP_FLUSH_MIB", 96)
-    out, widths = run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128")
+    run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128")
+    assert seen["MNN_GEMVBW_FLUSH_MIB"] == str(run.SWEEP_FLUSH_MIB)  # unless told: the sweep's own on this machine
+    out, widths = run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128", 96)  # run.py --flush-mib 96
     assert (seen["MNN_GEMVBW_M"], seen["MNN_GEMVBW_K"], seen["MNN_GEMVBW_FLUSH_MIB"]) == ("64", "128", "96")
     assert widths == {4: 12.5} and run.mnn_flush_mib(out) == 96
     passes = [run.MnnPass({"64x128": (out, widths)}, (1.0, 1.0))]
-    assert run.mnn_flush_note(passes) == "a 96 MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
+    assert run.mnn_flush_note(passes, 96) == "a 96 MiB read before every call, MNN's through MNN_GEMVBW_FLUSH_MIB"
+    assert run.mnn_flush_note(passes, 128).startswith("gemvbw reads 128 MiB before every call, MNN 96 MiB")
     old = [run.MnnPass({"64x128": (out.replace("cold cache: 96 MiB flush before each iter\n", ""), widths)},
                        (1.0, 1.0))]
-    assert run.mnn_flush_note(old).startswith("gemvbw reads 96 MiB before every call, MNN 64 MiB: its build lacks")
+    assert run.mnn_flush_note(old, 96).startswith("gemvbw reads 96 MiB before every call, MNN 64 MiB: its build lacks")
