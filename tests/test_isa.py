@@ -115,7 +115,7 @@ def test_each_int8_variant_states_the_call_it_binds(monkeypatch):
     twins = [s for s in specs if s.bits == 2 and s.variant.endswith("-prfm")]
     for spec in twins:
         tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
-        assert (tag.ahead, tag.nstreams) == (tile.PRFM_AHEAD[2], tile.prfm_streams(2)), spec.variant
+        assert (tag.ahead, tag.nstreams) == (tile.prfm_ahead(2), tile.prfm_streams(2)), spec.variant
         assert spec.ahead == tag.ahead, spec.variant  # the spec states the distance its twin binds
 
 
@@ -168,16 +168,26 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
                 (spec.variant, spec.description)
 
 
+ZEN5_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
+
+
+@pytest.mark.parametrize("cpu, wanted", [
+    (("AuthenticAMD", 26), ZEN5_AHEAD),
+    (("GenuineIntel", 6), {**ZEN5_AHEAD, 2: 2048}),
+    (("AuthenticAMD", 25), ZEN5_AHEAD),
+    ((None, None), ZEN5_AHEAD),  # off x86, where no tile runs: the tiles' own distances
+])
 @pytest.mark.parametrize("threads", [1, 2, 8])
-def test_the_prefetching_twins_prefetch_as_far_ahead_at_every_thread_count(monkeypatch, threads):
+def test_the_prefetching_twins_prefetch_as_far_ahead_at_every_thread_count(monkeypatch, threads, cpu, wanted):
     # measured on a Zen 5: w4-w2's twins want 4 KiB ahead at one thread, and at two wherever each core gets the
-    # bandwidth one thread gets (2 KiB was level at most where it does not); w8's 2 KiB. The tag bound, the
-    # spec's ahead and its description say the same distance whatever the thread count in force
+    # bandwidth one thread gets (2 KiB was level at most where it does not); w8's 2 KiB. On an Intel Xeon w2's
+    # 2 KiB (tile.PRFM_AHEAD_BY_CPU). The tag bound, the spec's ahead and its description say the CPU's distance
+    # whatever the thread count in force
     from gemvbw.kernels import tile
     from gemvbw.quant import random_quantized
 
-    wanted = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
-    assert tile.PRFM_AHEAD == wanted
+    assert {bits: tile.prfm_ahead(bits, cpu) for bits in tile.WIDTHS} == wanted
+    monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
     specs = kernels.i8_specs([t for t in tiers.TIERS if t.arch == "x86_64" and t.tile_rows])
     for bits in tile.WIDTHS:
@@ -188,6 +198,7 @@ def test_the_prefetching_twins_prefetch_as_far_ahead_at_every_thread_count(monke
             tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
             prfm = spec.variant.endswith("-prfm")
             assert tag.ahead == spec.ahead == (wanted[bits] if prfm else 0), spec.variant
+            assert (f"prefetches {wanted[bits]} bytes ahead" in spec.description) == prfm, spec.description
             hint = tile.HINTS[tile.PREFETCH_LOCALITY]
             assert (f"prefetches {wanted[bits]} bytes ahead in its stream ({hint})" in spec.description) == prfm
 
@@ -284,7 +295,7 @@ COMPILE_ONLY = textwrap.dedent("""
         args = (packed.KernelTag(tier, bits), a8, a16, *rest)
     else:  # the tiles hold their own metadata; "c4-prfm": the twin that prefetches
         prfm = layout == "c4-prfm"
-        ahead, nstreams = (tile.PRFM_AHEAD[bits], tile.prfm_streams(bits)) if prfm else (None, tile.plain_streams(bits))
+        ahead, nstreams = (tile.prfm_ahead(bits), tile.prfm_streams(bits)) if prfm else (None, tile.plain_streams(bits))
         args = (tile.TileTag(tier, bits, 2, ahead, nstreams), a8, a8, *rest)
     fn = streams.gemv_streams
     sig = tuple(fn.typeof_pyval(a) for a in args)

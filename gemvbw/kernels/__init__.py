@@ -285,7 +285,7 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
             rows = tile.tile_rows(t.name)
             for bits in tile.WIDTHS:
                 # the plain tile, and where prefetching may pay (a CPU's call: both are calibrated), its -prfm twin
-                ahead = tile.PRFM_AHEAD.get(bits)
+                ahead = tile.prfm_ahead(bits)
                 hint = tile.HINTS[tile.PREFETCH_LOCALITY]
                 # groups of rows per thread: this CPU's count for each; the plain tile's also depends on the threads,
                 # so it is found when bound (None; gemvbw.kernels.tile.plain_streams), the registry built before

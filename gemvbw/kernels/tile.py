@@ -80,6 +80,13 @@ ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait o
 #   prefetch PRFM_AHEAD at any thread count; w8's, whose demand loads are denser, 2 KiB.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
+# the twins' distance per CPU where it differs from PRFM_AHEAD. On Intel w2's twin prefetches 2 KiB ahead: on a
+# 2-vCPU Xeon VM (AVX-512 VNNI, AMX; 2026-12-06, tile_variants.py, 4096x14336, 512 MiB flush, 4 groups, % of the
+# fastest read, 2 KiB against 4 KiB, eight readings, 9-11 rounds) 2 threads 95 vs 91 (8c4-avx512vnni), 102 vs 102
+# (8c4-avxvnni), 93 vs 86, 91 vs 91, 89 vs 82 (16c4-zmm); 1 thread 102 vs 98 (8c4-avxvnni), 88 vs 83, 101 vs 96
+# (16c4-zmm): ahead or level every time. w3 there was mixed (86 vs 84, 86 vs 89, 95 vs 94, 92 vs 91) and keeps
+# 4 KiB. On Zen 5 4 KiB was ahead for w2 at 1 thread (89-93 % against 77-82), so the distance is the CPU's.
+PRFM_AHEAD_BY_CPU = {"GenuineIntel": {**PRFM_AHEAD, 2: 2048}}
 
 
 # groups of rows each thread reads at once (see gemvbw.kernels.streams), by default and on most CPUs. 3 and 4 were
@@ -139,6 +146,11 @@ def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, t
     if (_threads_now() if threads is None else threads) > 1:
         return _for_cpu(PLAIN_STREAMS_SHARED_BY_CPU, cpu, alone)[bits]
     return alone[bits]
+
+
+def prfm_ahead(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
+    """Bytes ahead that width ``bits``' -prfm twin prefetches on ``cpu`` (as :func:`plain_streams`)."""
+    return _for_cpu(PRFM_AHEAD_BY_CPU, cpu, PRFM_AHEAD)[bits]
 
 
 def prfm_streams(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
