@@ -36,7 +36,8 @@ It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up 
 and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
 machine and the date. --flush-mib N sets the flush before every cold call on every side (gemvbw's sweeps and model
 run, wall.py, paired.py, MNN's test): the default, the sweep's own (4x the last-level cache), is 1920 MiB on a VM
-that reports a 480 MiB L3, about 0.1 s per call and hours per run; the sweeps then note a flush below their own. Run it on a quiet machine: nothing else compiling or measuring.
+that reports a 480 MiB L3, about 0.1 s per call and hours per run; the sweeps then note a flush below their own.
+Run it on a quiet machine: nothing else compiling or measuring.
 """
 
 from __future__ import annotations
@@ -449,7 +450,8 @@ def main() -> int:
         i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
     # MNN and gemvbw's default sweep back to back in rounds: the MNN bar at the same minutes
     paired = {t: script_md("paired.py", "--mnn-bin", args.mnn_bin, "--threads", str(t), "--rounds",
-                           str(args.paired_rounds), *cold) for t in counts} if args.mnn_bin and args.paired_rounds else {}
+                           str(args.paired_rounds), *cold)
+              for t in counts} if args.mnn_bin and args.paired_rounds else {}
     models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, *cold, "--threads", str(top))
               for act in ("auto", "f32")}
     with tempfile.TemporaryDirectory() as d:
@@ -509,7 +511,8 @@ def main() -> int:
             lines += [f"### Side by side with MNN, {t} thread(s)", "",
                       f"MNN's `run_test.out speed/GemvBW 0 2 {t}` ran on each shape before gemvbw's sweeps and "
                       "between its two int8 runs; the better of its two latencies is shown, beside gemvbw's better. "
-                      f"Both are cold ({mnn_flush_note(mnn_runs[t], flush_mib)}) and count the same bytes (MNN's formula, fp16 "
+                      f"Both are cold ({mnn_flush_note(mnn_runs[t], flush_mib)}) and count the same bytes "
+                      "(MNN's formula, fp16 "
                       "metadata); a ratio above 1: MNN takes "
                       "longer than gemvbw. This host's bandwidth moves from minute to minute, so each side is also "
                       "set against its own minutes: gemvbw's row against its sweep's read roofline, MNN's against "

@@ -5,8 +5,8 @@
     python benchmarks/tile_variants.py --format 4x2 --tier avx2 --variants ";locality=3;ahead=4096,locality=3"
 
 A variant is a list of the kernel tag's options, ``name=value`` joined by commas: ``ahead`` (bytes ahead to
-prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm_ahead: w4-w2 4096 (w2 2048 on Intel),
-w8 2048; packed-4x2 2048 for w4-w2), ``locality`` (the prefetch hint: 0 prefetchnta,
+prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm_ahead: w4-w2 4096 (w2 2048
+on Intel), w8 2048; packed-4x2 2048 for w4-w2), ``locality`` (the prefetch hint: 0 prefetchnta,
 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only, ``streams`` (groups of rows a thread
 reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel) and ``split`` (w3 only: 1 its codes
 two whole and one split to a byte, gemvbw's layout; 0 two bit planes); variants are separated by semicolons,
@@ -16,8 +16,8 @@ This script binds one tier's kernels of one format (``--format c4``: column tile
 each variant, checks that they all give the same y bit for bit and that it matches the numpy reference, and
 times them interleaved in one process (each round in a rotated order) with the read roofline's three reads
 of the same bytes (1, 4 and 8 streams per thread), each call after the sweep's default flush (or --flush-mib's),
-20 calls per round; it prints the medians and each one's share of the fastest read. Nothing is asserted; run it on a quiet machine
-and more than once.
+20 calls per round; it prints the medians and each one's share of the fastest read. Nothing is asserted; run it
+on a quiet machine and more than once.
 """
 
 from __future__ import annotations
