@@ -35,7 +35,8 @@ from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.runner import fixed_cost_call
 from gemvbw.settings import SettingsError, parse_shape
-from wall import SWEEP_FLUSH_MIB, read_runs, verified_runs  # benchmarks/, on sys.path when this script runs
+from flush_option import add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this script runs
+from wall import read_runs, verified_runs
 
 
 class FlushThenCall:
@@ -92,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bits", type=int, choices=(8, 4, 3, 2), default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--variants", default="", help="comma-separated int8 variants (default: all this CPU runs)")
-    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB, help="default: the sweep's on this machine")
+    add_flush_mib(ap, "MiB read before every cold call")
     args = ap.parse_args(argv)
     try:
         M, K = parse_shape(args.shape, "--shape")
     except SettingsError as e:
         ap.error(str(e))
-    if args.rounds < 1 or args.flush_mib < 1:
-        ap.error("--rounds and --flush-mib: at least 1 (a warm run has nothing to compare)")
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
+    check_flush_mib(ap, args.flush_mib)  # a warm run would have nothing to compare
     if not 1 <= args.threads <= len(system.affinity()):
         ap.error(f"--threads: 1 to {len(system.affinity())}, the CPUs this process may run on")
     known = [s.variant for s in kernels.variants(args.bits, "i8")]

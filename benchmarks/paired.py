@@ -25,8 +25,9 @@ import statistics
 import sys
 from typing import NamedTuple
 
+from flush_option import add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags  # benchmarks/
 from gemvbw.settings import SettingsError, parse_shape
-from run import AT_WALL, MNN_BAR as BAR, SWEEP_FLUSH_MIB, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
+from run import AT_WALL, MNN_BAR as BAR, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
 from run import meets_mnn_bar as meets_bar
 
 
@@ -50,11 +51,10 @@ def run_round(mnn_bin: str, threads: int, shape: str, index: int, flush_mib: int
     M, K = shape.split("x")
 
     def ours() -> dict:
-        cold = [] if flush_mib is None else ["--flush-mib", str(flush_mib)]
-        return gemvbw("sweep", "--M", M, "--K", K, *cold, "--threads", str(threads))
+        return gemvbw("sweep", "--M", M, "--K", K, *sweep_flush_flags(flush_mib), "--threads", str(threads))
 
     def theirs() -> dict[int, float]:
-        widths = run_mnn(mnn_bin, threads, shape, SWEEP_FLUSH_MIB if flush_mib is None else flush_mib)[1]
+        widths = run_mnn(mnn_bin, threads, shape, flush_mib_or_sweeps(flush_mib))[1]
         if not widths:
             raise SystemExit(f"MNN printed no figures for {shape}: a build that ignores MNN_GEMVBW_M/K runs only "
                              "4096x14336 (see benchmarks/peers/README.md)")
@@ -97,14 +97,12 @@ def main() -> int:
     ap.add_argument("--threads", help="thread counts, comma list (default: 1 and all CPUs in the affinity mask)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per thread count and shape (default 4)")
     ap.add_argument("--shape", action="append", help="MxK, repeatable (default 4096x14336)")
-    ap.add_argument("--flush-mib", type=int,
-                    help=f"MiB both sides read before every call (default: the sweep's own, {SWEEP_FLUSH_MIB} here)")
+    add_flush_mib(ap, "MiB both sides read before every call", sweep_default=True)
     ap.add_argument("--md", help="also write the tables to this markdown file")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds: at least 1")
-    if args.flush_mib is not None and args.flush_mib < 1:
-        ap.error(f"--flush-mib: {args.flush_mib} MiB; the cold figures need a flush, give 1 or more")
+    check_flush_mib(ap, args.flush_mib)
     if not os.access(args.mnn_bin, os.X_OK):
         ap.error(f"--mnn-bin {args.mnn_bin}: not an executable file; build MNN's run_test.out (see "
                  "benchmarks/peers/README.md)")

@@ -53,8 +53,8 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags
 from gemvbw.metrics import logical_bytes
-from gemvbw.settings import machine_flush_mib
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
@@ -63,7 +63,6 @@ GGML_TYPES = {"q8_0": (34, 32, 8), "q4_0": (18, 32, 4), "q4_K": (144, 256, 4), "
 MNN_LINE = re.compile(r"^w(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)",
                       re.M)  # type | thr | us/iter | W MiB | bytes/elem | eff GB/s
 MNN_FLUSH_LINE = re.compile(r"^cold cache: (\d+) MiB flush before each iter", re.M)
-SWEEP_FLUSH_MIB = machine_flush_mib()  # what gemvbw's sweeps flush here (no --flush-mib)
 GGML_LINE = re.compile(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),.*?([\d.]+) us/run")
 
 PEERS = """Peer figures quoted from the issue that asked for this comparison (measured on a 2-core AMD EPYC
@@ -408,15 +407,12 @@ def main() -> int:
     ap.add_argument("--aarch64-asm", metavar="JSON",
                     help="asm_check.py --json written in the emulated aarch64 userland (.ci/arm64 --setup), for "
                          "the aarch64 section")
-    ap.add_argument("--flush-mib", type=int,
-                    help=f"MiB read before every cold call, by every side (default: the sweep's own, {SWEEP_FLUSH_MIB} "
-                         "here; a smaller one makes a run shorter where the last-level cache is large, and the sweeps "
-                         "then say that their weights may stay cached)")
+    add_flush_mib(ap, "MiB read before every cold call, by every side; a smaller one makes a run shorter where the "
+                      "last-level cache is large, and the sweeps then say that their weights may stay cached",
+                  sweep_default=True)
     args = ap.parse_args()
-    if args.flush_mib is not None and args.flush_mib < 1:
-        ap.error(f"--flush-mib: {args.flush_mib} MiB; the cold figures need a flush, give 1 or more")
-    flush_mib = SWEEP_FLUSH_MIB if args.flush_mib is None else args.flush_mib
-    cold = [] if args.flush_mib is None else ["--flush-mib", str(flush_mib)]  # the sweeps' own default otherwise
+    check_flush_mib(ap, args.flush_mib)
+    flush_mib, cold = flush_mib_or_sweeps(args.flush_mib), sweep_flush_flags(args.flush_mib)
     cpus = len(os.sched_getaffinity(0))
     counts = thread_counts(args.threads)
     top = max(counts)

@@ -32,7 +32,8 @@ from gemvbw import kernels, system
 from gemvbw.kernels import tile
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.verify import reference_gemv, relative_error
-from wall import SWEEP_FLUSH_MIB, interleaved_medians, read_runs  # benchmarks/, on sys.path when this script runs
+from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this script runs
+from wall import interleaved_medians, read_runs
 
 OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality", "split": "w3_split"}
 
@@ -106,11 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", default="8,4,3,2")
     ap.add_argument("--format", choices=("c4", "4x2"), default="c4",
                     help="c4: the tier's column tiles (packed-<R>c4-<tier>); 4x2: its packed-4x2 kernels")
-    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB,
-                    help=f"MiB read before every call (default {SWEEP_FLUSH_MIB}, the sweep's here)")
+    add_flush_mib(ap, "MiB read before every call")
     args = ap.parse_args(argv)
-    if args.flush_mib < 1:
-        ap.error(f"--flush-mib: {args.flush_mib} MiB; these are cold-cache figures, give 1 or more")
+    check_flush_mib(ap, args.flush_mib)
     if args.format == "c4" and args.tier not in tile.tile_tiers():
         ap.error(f"--tier: {args.tier!r} has no column tiles; one of {', '.join(tile.tile_tiers())}")
     from gemvbw.tiers import usable

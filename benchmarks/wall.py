@@ -47,12 +47,12 @@ from gemvbw.harness import CacheFlusher, time_groups
 from gemvbw.metrics import logical_bytes
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
-from gemvbw.settings import machine_flush_mib
 from gemvbw.verify import reference_gemv, verify
+
+from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this runs
 
 # the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
 LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
-SWEEP_FLUSH_MIB = machine_flush_mib()  # what `gemvbw sweep` flushes here unless told
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
@@ -177,16 +177,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=len(system.affinity()))
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--bits", default="8,4,3,2")
-    ap.add_argument("--flush-mib", type=int, default=SWEEP_FLUSH_MIB,
-                    help=f"MiB read before every call (default {SWEEP_FLUSH_MIB}, the sweep's on this machine)")
+    add_flush_mib(ap, "MiB read before every call; 0: warm")
     ap.add_argument("--md", metavar="PATH", help="also write the table as markdown")
     ap.add_argument("--read-ratios", action="store_true",
                     help="time only plain reads of each width's bytes, interleaved across widths (see above)")
     ap.add_argument("--latency-ratios", action="store_true",
                     help="every width's variants and reads interleaved in the same rounds; ratios against w8's")
     args = ap.parse_args(argv)
-    if args.flush_mib < 0:
-        ap.error(f"--flush-mib: {args.flush_mib} MiB; give 0 (warm) or more")
+    check_flush_mib(ap, args.flush_mib, warm_ok=True)
     M, K = map(int, args.shape.split("x"))
     numba.set_num_threads(args.threads)
     if args.read_ratios or args.latency_ratios:

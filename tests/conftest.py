@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,8 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def load_script():
-    """A script of the repository that is no package (benchmarks/, tools/), loaded as a module by its path."""
+    """A script of the repository that is no package (benchmarks/, tools/), loaded as a module by its path,
+    with its folder on sys.path as when it runs (the scripts import their neighbours, e.g. flush_option)."""
     def load(relative: str, name: str):
+        folder = str((ROOT / relative).parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         spec = importlib.util.spec_from_file_location(name, ROOT / relative)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -131,8 +131,7 @@ def test_two_sweeps_merge_into_the_faster_row_of_each(run):
     assert run.best(doc, "64x128", 4)["variant"] == "b"
 
 
-def test_tile_variants_are_read_as_tile_tag_options(load_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # its import of wall.py
+def test_tile_variants_are_read_as_tile_tag_options(load_script):
     variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
     got = variants.parse_variants("; streams=4;streams=3, ahead=4096 ,locality=3")
     assert got == {"default": {}, "streams=4": {"nstreams": 4},
@@ -142,8 +141,7 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script, monkeypatch):
             variants.parse_variants(bad)
 
 
-def test_tile_variants_checks_what_each_format_can_build(load_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+def test_tile_variants_checks_what_each_format_can_build(load_script):
     variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
     prfm = {"default": {}, "t0": {"ahead": 4096, "locality": 3}}
     variants.check_options("4x2", "avx2", prfm)  # builds tags only: nothing compiles, on any CPU
@@ -208,6 +206,27 @@ def test_wall_refuses_a_negative_flush(load_script, capsys):
     assert exc.value.code == 2 and "--flush-mib: -1 MiB; give 0 (warm) or more" in capsys.readouterr().err
 
 
+def test_flush_option_is_one_flag_with_one_check_for_every_script(load_script, capsys):
+    import argparse
+
+    flush = load_script("benchmarks/flush_option.py", "bench_flush_option")
+    driver, timer = argparse.ArgumentParser(), argparse.ArgumentParser()
+    flush.add_flush_mib(driver, "MiB", sweep_default=True)  # run.py, paired.py: None is the sweep's own
+    flush.add_flush_mib(timer, "MiB")
+    assert driver.parse_args([]).flush_mib is None and timer.parse_args([]).flush_mib == flush.SWEEP_FLUSH_MIB
+    assert f"default {flush.SWEEP_FLUSH_MIB}" in " ".join(timer.format_help().split())
+    assert flush.sweep_flush_flags(None) == [] and flush.sweep_flush_flags(96) == ["--flush-mib", "96"]
+    assert flush.flush_mib_or_sweeps(None) == flush.SWEEP_FLUSH_MIB and flush.flush_mib_or_sweeps(96) == 96
+    for value in (None, 1, 512):
+        flush.check_flush_mib(timer, value)
+    flush.check_flush_mib(timer, 0, warm_ok=True)
+    for value, warm_ok, advice in ((0, False, "give 1 or more"), (-1, True, "give 0 (warm) or more")):
+        with pytest.raises(SystemExit) as exc:
+            flush.check_flush_mib(timer, value, warm_ok=warm_ok)
+        assert exc.value.code == 2 and f"--flush-mib: {value} MiB; " in (err := capsys.readouterr().err)
+        assert advice in err
+
+
 def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeypatch, capsys):
     import numpy as np
 
@@ -234,8 +253,7 @@ def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeyp
 
 
 @pytest.fixture
-def paired(load_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # its import of run.py
+def paired(load_script):
     return load_script("benchmarks/paired.py", "bench_paired")
 
 
@@ -250,7 +268,7 @@ def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     first = paired.run_round("bin", 2, "64x128", 0)
     second = paired.run_round("bin", 2, "64x128", 1)
     assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
-    assert calls[0][1] == ("bin", 2, "64x128", paired.SWEEP_FLUSH_MIB)  # MNN told the sweep's default flush
+    assert calls[0][1] == ("bin", 2, "64x128", paired.flush_mib_or_sweeps(None))  # MNN told the sweep's default flush
     assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--threads", "2")  # the defaults: auto, 200 x 3
     assert first.mnn_first and not second.mnn_first
     assert first._replace(mnn_first=False) == second
@@ -294,14 +312,14 @@ def test_paired_table_sets_each_round_side_by_side(paired, run):
 
 
 @pytest.fixture
-def call_cost(load_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for its `from wall import`
+def call_cost(load_script):
     return load_script("benchmarks/call_cost.py", "bench_call_cost")
 
 
 def test_call_cost_refuses_what_it_cannot_measure_naming_the_flag(call_cost, capsys):
     for argv, flag in ((["--variants", "packed-nothing"], "--variants"), (["--shape", "10x"], "--shape"),
-                       (["--rounds", "0"], "--rounds"), (["--threads", "999"], "--threads")):
+                       (["--rounds", "0"], "--rounds"), (["--threads", "999"], "--threads"),
+                       (["--flush-mib", "0"], "--flush-mib")):
         with pytest.raises(SystemExit) as e:
             call_cost.main(argv)
         assert e.value.code == 2
@@ -339,8 +357,7 @@ def test_call_cost_measures_every_way_of_every_verified_variant(call_cost):
 
 
 @pytest.fixture
-def hot_loop(load_script, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for its `from wall import`
+def hot_loop(load_script):
     return load_script("benchmarks/hot_loop.py", "bench_hot_loop")
 
 
