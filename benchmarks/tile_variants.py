@@ -5,8 +5,8 @@
     python benchmarks/tile_variants.py --format 4x2 --tier avx2 --variants ";locality=3;ahead=4096,locality=3"
 
 A variant is a list of the kernel tag's options, ``name=value`` joined by commas: ``ahead`` (bytes ahead to
-prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm_ahead: w4-w2 4096 (w2 2048
-on Intel), w8 2048; packed-4x2 2048 for w4-w2), ``locality`` (the prefetch hint: 0 prefetchnta,
+prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm_ahead: w4-w2 4096 (w3 and w2
+2048 on Intel), w8 2048; packed-4x2 2048 for w4-w2), ``locality`` (the prefetch hint: 0 prefetchnta,
 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only, ``streams`` (groups of rows a thread
 reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel) and ``split`` (w3 only: 1 its codes
 two whole and one split to a byte, gemvbw's layout; 0 two bit planes); variants are separated by semicolons,

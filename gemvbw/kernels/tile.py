@@ -80,13 +80,17 @@ ACCUMULATORS = 4  # independent vpdpbusd chains per tile: one chain would wait o
 #   prefetch PRFM_AHEAD at any thread count; w8's, whose demand loads are denser, 2 KiB.
 PREFETCH_AHEAD = {8: 0, 4: 0, 3: 0, 2: 0}
 PRFM_AHEAD = {8: 2048, 4: 4096, 3: 4096, 2: 4096}
-# the twins' distance per CPU where it differs from PRFM_AHEAD. On Intel w2's twin prefetches 2 KiB ahead: on a
-# 2-vCPU Xeon VM (AVX-512 VNNI, AMX; 2026-12-06, tile_variants.py, 4096x14336, 512 MiB flush, 4 groups, % of the
-# fastest read, 2 KiB against 4 KiB, eight readings, 9-11 rounds) 2 threads 95 vs 91 (8c4-avx512vnni), 102 vs 102
-# (8c4-avxvnni), 93 vs 86, 91 vs 91, 89 vs 82 (16c4-zmm); 1 thread 102 vs 98 (8c4-avxvnni), 88 vs 83, 101 vs 96
-# (16c4-zmm): ahead or level every time. w3 there was mixed (86 vs 84, 86 vs 89, 95 vs 94, 92 vs 91) and keeps
-# 4 KiB. On Zen 5 4 KiB was ahead for w2 at 1 thread (89-93 % against 77-82), so the distance is the CPU's.
-PRFM_AHEAD_BY_CPU = {"GenuineIntel": {**PRFM_AHEAD, 2: 2048}}
+# the twins' distance per CPU where it differs from PRFM_AHEAD. On Intel w3's and w2's twins prefetch 2 KiB ahead:
+# on a 2-vCPU Xeon VM (AVX-512 VNNI, AMX; 2026-12-06, tile_variants.py, 4096x14336, 512 MiB flush, 4 groups, % of
+# the fastest read, 2 KiB against 4 KiB, 9-11 rounds each):
+# - w2, eight readings: 2 threads 95 vs 91 (8c4-avx512vnni), 102 vs 102 (8c4-avxvnni), 93 vs 86, 91 vs 91, 89 vs 82
+#   (16c4-zmm); 1 thread 102 vs 98 (8c4-avxvnni), 88 vs 83, 101 vs 96 (16c4-zmm): ahead or level every time.
+# - w3, four readings at 02:55 UTC mixed (86 vs 84, 86 vs 89, 95 vs 94, 92 vs 91); then twelve at 07:05-07:20 UTC,
+#   8c4-avx512vnni and 16c4-zmm alternating, 2 KiB ahead in all twelve, latency 1-4 % lower: 2 threads 98 vs 97,
+#   92 vs 90, 99 vs 96, 92 vs 91, 86 vs 83, 89 vs 87; 1 thread 90 vs 87, 91 vs 90, 91 vs 89, 93 vs 92, 93 vs 90,
+#   90 vs 87. (A twin reading one group per thread, like the fastest plain read here, was 6-25 points behind.)
+# On Zen 5 4 KiB was ahead for w3 and w2 at 1 thread (w2 89-93 % against 77-82), so the distance is the CPU's.
+PRFM_AHEAD_BY_CPU = {"GenuineIntel": {**PRFM_AHEAD, 3: 2048, 2: 2048}}
 
 
 # groups of rows each thread reads at once (see gemvbw.kernels.streams), by default and on most CPUs. 3 and 4 were
