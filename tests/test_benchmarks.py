@@ -1,5 +1,6 @@
 """The parsing in benchmarks/ scripts: the peers' printed tables (their figures go into RESULTS.md), tile variants."""
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -268,7 +269,7 @@ def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     first = paired.run_round("bin", 2, "64x128", 0)
     second = paired.run_round("bin", 2, "64x128", 1)
     assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
-    assert calls[0][1] == ("bin", 2, "64x128", paired.flush_mib_or_sweeps(None))  # MNN told the sweep's default flush
+    assert calls[0][1] == ("bin", 2, "64x128", sys.modules["flush_option"].SWEEP_FLUSH_MIB)  # the sweep's default
     assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--threads", "2")  # the defaults: auto, 200 x 3
     assert first.mnn_first and not second.mnn_first
     assert first._replace(mnn_first=False) == second
