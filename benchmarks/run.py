@@ -38,6 +38,12 @@ machine and the date. --flush-mib N sets the flush before every cold call on eve
 run, wall.py, paired.py, MNN's test): the default, the sweep's own (4x the last-level cache), is 1920 MiB on a VM
 that reports a 480 MiB L3, about 0.1 s per call and hours per run; the sweeps then note a flush below their own.
 Run it on a quiet machine: nothing else compiling or measuring.
+
+Each step's result is kept in a directory (--steps, default the --out path with .steps appended) the moment it
+ends, and the directory is removed once --out is written. A run stopped part way (Ctrl-C, a session's end, a
+crash) keeps what it measured there; `--resume` with the same settings goes on from the first step it lacks, and is
+refused if the code measured, the settings, the peers' binaries or the CPU changed (steps.py). RESULTS.md then says
+when the run was resumed.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from __future__ import annotations
 import argparse
 import re
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -54,7 +61,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags
+from gemvbw import system
 from gemvbw.metrics import logical_bytes
+from steps import Steps, StepsError, code_fingerprint
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
@@ -395,6 +404,65 @@ def aarch64_section(path: Path) -> list[str]:
             ] + asm_table(path) + [GGML_NEON, ""]
 
 
+def asm_check_md() -> list[str]:
+    """benchmarks/asm_check.py's table of the generated loops, with its output appended when it failed (a
+    regression or a crash shows in the file, not only on this terminal)."""
+    with tempfile.TemporaryDirectory() as d:
+        asm_json = Path(d) / "asm.json"
+        print("+ benchmarks/asm_check.py", file=sys.stderr, flush=True)
+        checked = subprocess.run([sys.executable, str(HERE / "asm_check.py"), "--json", str(asm_json)],
+                                 capture_output=True, text=True)
+        asm = asm_table(asm_json) if asm_json.exists() else []
+    if checked.returncode != 0:
+        asm += ["", f"asm_check.py exited with {checked.returncode}", "", "```",
+                (checked.stdout + checked.stderr).strip()[-3000:], "```"]
+    return asm
+
+
+def steps_dir(out: Path) -> Path:
+    """Where a run writing ``out`` keeps its steps unless --steps says otherwise."""
+    return out.with_name(out.name + ".steps")
+
+
+def measured_code() -> list[Path]:
+    """The code a run measures: the gemvbw package and the scripts of benchmarks/ that time things. run.py and
+    steps.py only order the steps and write the results, so a fix to them can be resumed into."""
+    package = Path(system.__file__).resolve().parent
+    return sorted(package.rglob("*.py")) + sorted(f for f in HERE.glob("*.py") if f.name not in ("run.py",
+                                                                                                  "steps.py"))
+
+
+def file_sha(path: str | None) -> str | None:
+    return None if path is None else f"{path} sha256:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}"
+
+
+def run_identity(args: argparse.Namespace, counts: list[int], flush_mib: int) -> dict:
+    """What must not change between the sessions of one resumed run: the settings, the code, the peers'
+    binaries and the CPU."""
+    cpu = system.describe_cpu()
+    return {"--iters": args.iters, "--threads": counts, "--flush-mib": flush_mib,
+            "--paired-rounds": args.paired_rounds, "--ggml-bin": file_sha(args.ggml_bin),
+            "--mnn-bin": file_sha(args.mnn_bin), "the code measured (gemvbw/, benchmarks/)": code_fingerprint(
+                measured_code()), "CPU": cpu["cpu"], "ISA": cpu["isa"], "CPUs": len(os.sched_getaffinity(0))}
+
+
+def resumed_note(resumed: list[dt.datetime]) -> str:
+    if not resumed:
+        return ""
+    return ("; stopped and resumed (--resume) at " + ", ".join(f"{t:%Y-%m-%d %H:%M}" for t in resumed)
+            + " UTC: every step was measured once, in one of those sessions, with the same settings, code and CPU")
+
+
+def mnn_pass_json(p: MnnPass) -> dict:
+    return {"shapes": {shape: [out, {str(bits): us for bits, us in widths.items()}]
+                       for shape, (out, widths) in p.shapes.items()}, "reads": list(p.reads)}
+
+
+def mnn_pass_of_json(doc: dict) -> MnnPass:
+    return MnnPass({shape: (out, {int(bits): us for bits, us in widths.items()})
+                    for shape, (out, widths) in doc["shapes"].items()}, tuple(doc["reads"]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", default="50")
@@ -407,6 +475,12 @@ def main() -> int:
     ap.add_argument("--aarch64-asm", metavar="JSON",
                     help="asm_check.py --json written in the emulated aarch64 userland (.ci/arm64 --setup), for "
                          "the aarch64 section")
+    ap.add_argument("--steps", metavar="DIR",
+                    help="where each step's result is kept as it ends (default: the --out path with .steps "
+                         "appended); removed once --out is written")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on with the unfinished run in --steps' directory: same settings, code and CPU, only "
+                         "the steps it lacks are measured")
     add_flush_mib(ap, "MiB read before every cold call, by every side; a smaller one makes a run shorter where the "
                       "last-level cache is large, and the sweeps then say that their weights may stay cached",
                   sweep_default=True)
@@ -416,55 +490,66 @@ def main() -> int:
     cpus = len(os.sched_getaffinity(0))
     counts = thread_counts(args.threads)
     top = max(counts)
-    started = dt.datetime.now(dt.timezone.utc)
+    try:
+        run = Steps(Path(args.steps) if args.steps else steps_dir(Path(args.out)),
+                    run_identity(args, counts, flush_mib), args.resume)
+    except StepsError as e:
+        ap.error(str(e))
+    started = run.started
     it = ["--iters", args.iters]
-    ggml_runs = [run_ggml(args.ggml_bin)] if args.ggml_bin else []
-    mnn_runs = {t: [mnn_pass(args.mnn_bin, t, flush_mib)] for t in counts} if args.mnn_bin else {}
     shapes = sum((["--shape", s] for s in SHAPES), [])
-    f32 = gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, *cold, "--threads", str(top))
-    def int8_sweeps(t: int) -> tuple[dict, dict]:  # cold on every shape, and warm at 4096x14336
-        return (gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it, *cold, "--threads", str(t)),
-                gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib", "0", "--M", "4096", "--K", "14336",
-                       *it, "--threads", str(t)))
+
+    def ggml_step(name: str) -> tuple[str, dict[str, float]]:
+        return run.step(name, lambda: run_ggml(args.ggml_bin), list, tuple)
+
+    def mnn_step(name: str, t: int) -> MnnPass:
+        return run.step(name, lambda: mnn_pass(args.mnn_bin, t, flush_mib), mnn_pass_json, mnn_pass_of_json)
+
+    def int8_sweeps(t: int, tag: str) -> tuple[dict, dict]:  # cold on every shape, and warm at 4096x14336
+        return (run.step(f"i8-{t}t-{tag}", lambda: gemvbw("sweep", "--act", "i8", "--kernel", "all", *shapes, *it,
+                                                          *cold, "--threads", str(t))),
+                run.step(f"warm-{t}t-{tag}", lambda: gemvbw("sweep", "--act", "i8", "--kernel", "all", "--flush-mib",
+                                                            "0", "--M", "4096", "--K", "14336", *it, "--threads",
+                                                            str(t))))
+
+    ggml_runs = [ggml_step("ggml-a")] if args.ggml_bin else []
+    mnn_runs = {t: [mnn_step(f"mnn-{t}t-a", t)] for t in counts} if args.mnn_bin else {}
+    f32 = run.step("f32", lambda: gemvbw("sweep", "--act", "f32", "--kernel", "all", *shapes, *it, *cold,
+                                         "--threads", str(top)))
 
     # gemvbw's int8 sweeps run twice, each peer's run between them, and every figure is the better of two, as the
     # peers' are: on a host whose bandwidth moves from minute to minute one sample against the better of two
     # would favour the peer
     i8, warm = {}, {}
     for t in counts:
-        i8[t], warm[t] = int8_sweeps(t)
+        i8[t], warm[t] = int8_sweeps(t, "a")
     # each tier against a plain read of the same bytes, interleaved (the wall it had); and every width's kernels
     # and reads in the same rounds (the latency ratios at the same minutes)
-    walls = {t: script_md("wall.py", "--threads", str(t), *cold) for t in counts}
-    ratios = {t: script_md("wall.py", "--latency-ratios", "--threads", str(t), *cold) for t in counts}
+    walls = {t: run.step(f"wall-{t}t", lambda: script_md("wall.py", "--threads", str(t), *cold)) for t in counts}
+    ratios = {t: run.step(f"ratios-{t}t", lambda: script_md("wall.py", "--latency-ratios", "--threads", str(t),
+                                                            *cold)) for t in counts}
     if args.ggml_bin:
-        ggml_runs.append(run_ggml(args.ggml_bin))
+        ggml_runs.append(ggml_step("ggml-b"))
     for t in mnn_runs:
-        mnn_runs[t].append(mnn_pass(args.mnn_bin, t, flush_mib))
+        mnn_runs[t].append(mnn_step(f"mnn-{t}t-b", t))
     for t in counts:
-        again, warm_again = int8_sweeps(t)
+        again, warm_again = int8_sweeps(t, "b")
         i8[t], warm[t] = merged(i8[t], again), merged(warm[t], warm_again)
     # MNN and gemvbw's default sweep back to back in rounds: the MNN bar at the same minutes
-    paired = {t: script_md("paired.py", "--mnn-bin", args.mnn_bin, "--threads", str(t), "--rounds",
-                           str(args.paired_rounds), *cold)
+    paired = {t: run.step(f"paired-{t}t", lambda: script_md("paired.py", "--mnn-bin", args.mnn_bin, "--threads",
+                                                           str(t), "--rounds", str(args.paired_rounds), *cold))
               for t in counts} if args.mnn_bin and args.paired_rounds else {}
-    models = {act: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it, *cold, "--threads", str(top))
+    models = {act: run.step(f"model-{act}", lambda: gemvbw("model", "qwen3-0.6b", "--bits", "4", "--act", act, *it,
+                                                           *cold, "--threads", str(top)))
               for act in ("auto", "f32")}
-    with tempfile.TemporaryDirectory() as d:
-        asm_json = Path(d) / "asm.json"
-        checked = subprocess.run([sys.executable, str(HERE / "asm_check.py"), "--json", str(asm_json)],
-                                 capture_output=True, text=True)
-        asm = asm_table(asm_json) if asm_json.exists() else []
-    if checked.returncode != 0:  # a regression or a crash: show it in the file, not only on this terminal
-        asm += ["", f"asm_check.py exited with {checked.returncode}", "", "```",
-                (checked.stdout + checked.stderr).strip()[-3000:], "```"]
-    floor = script_md("hot_loop.py", "--read")
+    asm = run.step("asm", asm_check_md)
+    floor = run.step("floor", lambda: script_md("hot_loop.py", "--read"))
 
     s = f32["system"]
     lines = [
         "# gemvbw benchmark results", "",
-        f"Written by `python benchmarks/run.py --iters {args.iters}` on {started:%Y-%m-%d %H:%M} UTC "
-        f"(gemvbw {f32['version']}), thread counts {', '.join(map(str, counts))}.", "",
+        f"Written by `python benchmarks/run.py --iters {args.iters}`, started {started:%Y-%m-%d %H:%M} UTC "
+        f"(gemvbw {f32['version']}), thread counts {', '.join(map(str, counts))}{resumed_note(run.resumed)}.", "",
         f"Machine: {s['cpu']} ({s['machine']}), {s['cores']} cores, affinity {s['affinity']}, ISA "
         f"{' '.join(s['isa'])}; caches {s['caches']}; numba {s['numba']} ({s['threading_layer']}), "
         f"llvmlite {s['llvmlite']}, numpy {s['numpy']}, Python {s['python']}.", "",
@@ -564,6 +649,7 @@ def main() -> int:
     if args.aarch64_asm:
         lines += aarch64_section(Path(args.aarch64_asm))
     Path(args.out).write_text("\n".join(lines))
+    run.finish()
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

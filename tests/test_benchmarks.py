@@ -132,6 +132,86 @@ def test_two_sweeps_merge_into_the_faster_row_of_each(run):
     assert run.best(doc, "64x128", 4)["variant"] == "b"
 
 
+
+def test_steps_are_kept_as_they_end_and_a_resume_must_be_the_same_run(load_script, tmp_path, capsys):
+    steps = load_script("benchmarks/steps.py", "bench_steps")
+    root = tmp_path / "R.md.steps"
+    run = steps.Steps(root, {"--iters": "50", "CPU": "x"}, resume=False)
+    measured = []
+    assert run.step("a", lambda: measured.append("a") or (1, 2), list, tuple) == (1, 2)
+    assert sorted(f.name for f in root.iterdir()) == ["a.json", "run.json"] and run.resumed == []
+    with pytest.raises(steps.StepsError, match="pass --resume to go on with it, or delete"):
+        steps.Steps(root, {"--iters": "50", "CPU": "x"}, resume=False)
+    with pytest.raises(steps.StepsError, match=r"--iters was '50', now '20'.*Resume with the same settings"):
+        steps.Steps(root, {"--iters": "20", "CPU": "x"}, resume=True)
+    again = steps.Steps(root, {"--iters": "50", "CPU": "x"}, resume=True)
+    assert again.step("a", lambda: measured.append("again") or (3, 4), list, tuple) == (1, 2)  # kept, not measured
+    assert measured == ["a"] and len(again.resumed) == 1 and again.started == run.started
+    assert "= a: kept from" in capsys.readouterr().err
+    again.finish()
+    assert not root.exists()
+    with pytest.raises(steps.StepsError, match="--resume: .* holds no unfinished run"):
+        steps.Steps(root, {}, resume=True)
+
+
+def test_an_mnn_pass_comes_back_from_its_kept_step_as_it_was(run):
+    p = run.MnnPass({"1024x1024": ("table", {8: 284.9, 4: 213.0})}, (30.5, 31.0))
+    assert run.mnn_pass_of_json(run.mnn_pass_json(p)) == p
+
+
+def test_a_run_stopped_part_way_keeps_its_steps_and_resumes_from_the_first_it_lacks(run, tmp_path, monkeypatch,
+                                                                                       capsys):
+    calls: list[str] = []
+    stop_at: list[str] = []
+
+    def measured(name, value):
+        calls.append(name)
+        if name in stop_at:
+            raise KeyboardInterrupt
+        return value
+
+    def fake_sweep(*args):
+        name = args[0] if args[0] != "sweep" else ("warm" if "0" in args[args.index("--flush-mib") + 1:][:1]
+                                                   else args[args.index("--act") + 1])
+        return measured(name, {"args": list(args), "results": [], "roofline": {}})
+
+    monkeypatch.setattr(run, "gemvbw", fake_sweep)
+    monkeypatch.setattr(run, "run_ggml", lambda binary: measured("ggml", ("out", {"q8_0": 1.0})))
+    monkeypatch.setattr(run, "mnn_pass", lambda binary, t, flush: measured(
+        "mnn", run.MnnPass({s: ("t", {8: 1.0}) for s in run.SHAPES}, (1.0, 2.0))))
+    monkeypatch.setattr(run, "script_md", lambda script, *args: measured(script, ["| md |"]))
+    monkeypatch.setattr(run, "asm_check_md", lambda: measured("asm", []))
+    for binary in ("mnn", "ggml"):
+        (tmp_path / binary).write_bytes(b"\x7fELF")
+    out = tmp_path / "R.md"
+    argv = ["run.py", "--threads", "1", "--flush-mib", "64", "--paired-rounds", "1", "--out", str(out),
+            "--mnn-bin", str(tmp_path / "mnn"), "--ggml-bin", str(tmp_path / "ggml")]
+
+    monkeypatch.setattr(sys, "argv", argv)
+    stop_at[:] = ["warm"]  # Ctrl-C in the first warm sweep
+    with pytest.raises(KeyboardInterrupt):
+        run.main()
+    assert calls == ["ggml", "mnn", "f32", "i8", "warm"]
+    kept = sorted(f.name for f in run.steps_dir(out).iterdir())
+    assert kept == ["f32.json", "ggml-a.json", "i8-1t-a.json", "mnn-1t-a.json", "run.json"]
+
+    with pytest.raises(SystemExit) as stopped:  # the same command again would mix two runs: refused
+        run.main()
+    assert stopped.value.code == 2 and "pass --resume" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", argv[:2] + ["2"] + argv[3:] + ["--resume"])
+    with pytest.raises(SystemExit) as stopped:
+        run.main()
+    assert stopped.value.code == 2 and "--threads was [1], now [2]" in capsys.readouterr().err
+
+    monkeypatch.setattr(sys, "argv", argv + ["--resume"])
+    calls.clear()
+    stop_at[:] = ["model"]  # stopped again at the model runs: everything before them was measured once
+    with pytest.raises(KeyboardInterrupt):
+        run.main()
+    assert calls == ["warm", "wall.py", "wall.py", "ggml", "mnn", "i8", "warm", "paired.py", "model"]
+    assert "= f32: kept from" in capsys.readouterr().err
+    assert not out.exists()
+
 def test_tile_variants_are_read_as_tile_tag_options(load_script):
     variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
     got = variants.parse_variants("; streams=4;streams=3, ahead=4096 ,locality=3")
