@@ -63,7 +63,7 @@ from typing import NamedTuple
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags
 from gemvbw import system
 from gemvbw.metrics import logical_bytes
-from steps import Steps, StepsError, code_fingerprint
+from steps import Steps, StepsError, Stopped, code_fingerprint
 
 HERE = Path(__file__).resolve().parent
 SHAPES = ["4096x14336", "1024x1024", "151936x1024"]
@@ -655,4 +655,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Stopped as e:  # Ctrl-C: what ended is on disk, say where, no traceback
+        print(f"\n{e}", file=sys.stderr)
+        sys.exit(130)

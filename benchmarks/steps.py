@@ -30,6 +30,10 @@ class StepsError(Exception):
     """The directory cannot go on as asked: the message says why and what to do."""
 
 
+class Stopped(Exception):
+    """Ctrl-C in a step: the message says what was kept and how to go on."""
+
+
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -96,7 +100,12 @@ class Steps:
             print(f"= {name}: kept from {kept['ended']}", file=sys.stderr, flush=True)
             return decode(kept["value"])
         started = now()
-        doc = {"started": started, "value": encode(measure())}
+        try:
+            doc = {"started": started, "value": encode(measure())}
+        except KeyboardInterrupt:
+            ended = sorted(f.stem for f in self.root.glob("*.json") if f.name != RUN_FILE)
+            raise Stopped(f"stopped in step {name}; kept in {self.root}: {', '.join(ended) or 'no step yet'}. The "
+                          "same command with --resume measures the rest") from None
         _write_json(path, {**doc, "ended": now()})
         # the same way back as a kept step takes, so a resumed run renders exactly what a straight one does
         return decode(json.loads(json.dumps(doc["value"])))

@@ -189,7 +189,8 @@ def test_a_run_stopped_part_way_keeps_its_steps_and_resumes_from_the_first_it_la
 
     monkeypatch.setattr(sys, "argv", argv)
     stop_at[:] = ["warm"]  # Ctrl-C in the first warm sweep
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(run.Stopped, match=r"stopped in step warm-1t-a; kept in .*: f32, ggml-a, i8-1t-a, mnn-1t-a\. "
+                                          "The same command with --resume"):
         run.main()
     assert calls == ["ggml", "mnn", "f32", "i8", "warm"]
     kept = sorted(f.name for f in run.steps_dir(out).iterdir())
@@ -206,7 +207,7 @@ def test_a_run_stopped_part_way_keeps_its_steps_and_resumes_from_the_first_it_la
     monkeypatch.setattr(sys, "argv", argv + ["--resume"])
     calls.clear()
     stop_at[:] = ["model"]  # stopped again at the model runs: everything before them was measured once
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(run.Stopped):
         run.main()
     assert calls == ["warm", "wall.py", "wall.py", "ggml", "mnn", "i8", "warm", "paired.py", "model"]
     assert "= f32: kept from" in capsys.readouterr().err
