@@ -99,9 +99,8 @@ class Steps:
             kept = json.loads(path.read_text())
             print(f"= {name}: kept from {kept['ended']}", file=sys.stderr, flush=True)
             return decode(kept["value"])
-        started = now()
         try:
-            doc = {"started": started, "value": encode(measure())}
+            doc = {"started": now(), "value": encode(measure())}
         except KeyboardInterrupt:
             ended = sorted(f.stem for f in self.root.glob("*.json") if f.name != RUN_FILE)
             raise Stopped(f"stopped in step {name}; kept in {self.root}: {', '.join(ended) or 'no step yet'}. The "
