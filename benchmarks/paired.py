@@ -10,7 +10,8 @@ auto, --act auto, 3 groups of 200 cold calls, every kernel verified first: the m
 on the same shape, the order swapped every round so that a drift within a round favours neither side over two.
 Per width it prints each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar
 (ratio >= 1.3, or gemvbw at >= 95 % of its read roofline and no slower) and each side's share of the read
-roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it). Both sides
+roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it), and which
+kernel gemvbw's calibration chose in each round, so that a round lost to a choice shows as one. Both sides
 read the sweep's default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB).
 Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the
 script with that error.
@@ -33,12 +34,15 @@ from run import meets_mnn_bar as meets_bar
 
 class Round(NamedTuple):
     """One round at one thread count and shape: per width MNN's and gemvbw's us/iter, gemvbw's %read, and the
-    read roofline (GB/s) of gemvbw's sweep in the round; ``mnn_first``: the order they ran in."""
+    read roofline (GB/s) of gemvbw's sweep in the round; ``mnn_first``: the order they ran in;
+    ``gemvbw_variant``: per width the kernel ``--kernel auto`` timed in that round (its calibration may choose
+    another one in the next)."""
     mnn_us: dict[int, float]
     gemvbw_us: dict[int, float]
     gemvbw_pct_read: dict[int, float]
     read_gbps: float
     mnn_first: bool
+    gemvbw_variant: dict[int, str] = {}
 
 
 def mnn_first(index: int) -> bool:
@@ -67,7 +71,14 @@ def run_round(mnn_bin: str, threads: int, shape: str, index: int, flush_mib: int
         doc, mnn = ours(), theirs()
     rows = {r["bits"]: r for r in doc["results"] if r.get("best_avg_us") is not None}
     return Round(mnn, {b: r["best_avg_us"] for b, r in rows.items()},
-                 {b: r["pct_read"] for b, r in rows.items()}, doc["roofline"]["read_gbps"], first)
+                 {b: r["pct_read"] for b, r in rows.items()}, doc["roofline"]["read_gbps"], first,
+                 {b: r["variant"] for b, r in rows.items() if r.get("variant")})
+
+
+def variants(rounds: list[Round], bits: int) -> str:
+    """The kernel gemvbw timed at ``bits`` in each round, once when every round timed the same one."""
+    names = [r.gemvbw_variant.get(bits, "?") for r in rounds]
+    return f"{names[0]} (every round)" if len(set(names)) == 1 else " / ".join(names)
 
 
 def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
@@ -75,18 +86,18 @@ def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
     reads = ", ".join(f"{r.read_gbps:.1f}" for r in rounds)
     lines = [f"#### {shape}, {threads} thread(s), {len(rounds)} rounds (read roofline per round: {reads} GB/s)", "",
              "width | MNN / gemvbw per round | median | rounds meeting the bar | gemvbw %read per round | "
-             "MNN % of the round's read", "---|---|---:|---:|---|---"]
+             "MNN % of the round's read | gemvbw's variant per round (--kernel auto)", "---|---|---:|---:|---|---|---"]
     for bits in (8, 4, 3, 2):
         both = [r for r in rounds if bits in r.mnn_us and bits in r.gemvbw_us]
         if not both:
-            lines.append(f"w{bits} | - | - | - | - | -")
+            lines.append(f"w{bits} | - | - | - | - | - | -")
             continue
         ratios = [r.mnn_us[bits] / r.gemvbw_us[bits] for r in both]
         met = sum(meets_bar(q, r.gemvbw_pct_read[bits]) for q, r in zip(ratios, both))
         theirs = [100 * mnn_gbps(r.mnn_us[bits], shape, bits) / r.read_gbps for r in both]
         lines.append(f"w{bits} | {' '.join(f'{q:.2f}' for q in ratios)} | {statistics.median(ratios):.2f} | "
                      f"{met} of {len(both)} | {' '.join(f'{r.gemvbw_pct_read[bits]:.0f}' for r in both)} | "
-                     f"{' '.join(f'{p:.0f}' for p in theirs)}")
+                     f"{' '.join(f'{p:.0f}' for p in theirs)} | {variants(both, bits)}")
     return lines + ["", f"A round meets the bar with MNN / gemvbw >= {BAR} or gemvbw at >= {AT_WALL:.0f} % of its read "
                     "and no slower. Rounds alternate which side runs first (MNN first in the odd-numbered ones).", ""]
 

@@ -341,7 +341,7 @@ def paired(load_script):
 
 def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     calls = []
-    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0},
+    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0, "variant": "packed-8c4-avx512vnni"},
                          {"bits": 4, "best_avg_us": None, "pct_read": None}],  # a row without figures
              "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(("gemvbw", args)) or sweep)
@@ -356,6 +356,7 @@ def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     assert first._replace(mnn_first=False) == second
     assert first.gemvbw_us == {8: 100.0} and first.gemvbw_pct_read == {8: 96.0} and first.read_gbps == 40.0
     assert first.mnn_us == {8: 130.0, 4: 60.0}
+    assert first.gemvbw_variant == {8: "packed-8c4-avx512vnni"}  # what auto timed, per width with figures
 
 
 def test_paired_round_gives_both_sides_the_flush_asked_for(paired, monkeypatch):
@@ -380,9 +381,9 @@ def test_paired_bar_is_the_ratio_or_the_wall_and_no_slower(paired):
 
 def test_paired_table_sets_each_round_side_by_side(paired, run):
     shape, mib = "4096x14336", 4096 * 14336 * 1.0625 / 1e3  # w8 bytes / 1e3: GB/s from us
-    rounds = [paired.Round({8: 1300.0, 4: 1000.0}, {8: 1000.0}, {8: 90.0}, 40.0, True),
-              paired.Round({8: 1100.0}, {8: 1000.0, 4: 500.0}, {8: 96.0, 4: 99.0}, 50.0, False),
-              paired.Round({8: 1200.0}, {8: 1000.0}, {8: 80.0}, 30.0, True)]
+    rounds = [paired.Round({8: 1300.0, 4: 1000.0}, {8: 1000.0}, {8: 90.0}, 40.0, True, {8: "a"}),
+              paired.Round({8: 1100.0}, {8: 1000.0, 4: 500.0}, {8: 96.0, 4: 99.0}, 50.0, False, {8: "b", 4: "c"}),
+              paired.Round({8: 1200.0}, {8: 1000.0}, {8: 80.0}, 30.0, True, {8: "a"})]
     lines = paired.table(rounds, shape, 2)
     assert lines[0] == "#### 4096x14336, 2 thread(s), 3 rounds (read roofline per round: 40.0, 50.0, 30.0 GB/s)"
     w8 = next(line for line in lines if line.startswith("w8 |")).split(" | ")
@@ -390,7 +391,19 @@ def test_paired_table_sets_each_round_side_by_side(paired, run):
     assert w8[1:5] == ["1.30 1.10 1.20", "1.20", "2 of 3", "90 96 80"]
     assert w8[5] == " ".join(f"{100 * mib / us / read:.0f}" for us, read in ((1300, 40), (1100, 50), (1200, 30)))
     assert w8[5] == "120 113 173" and f"{100 * run.mnn_gbps(1300.0, shape, 8) / 40:.0f}" == "120"  # MNN's count
-    assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | -"  # never both in a round
+    assert w8[6] == "a / b / a"  # the variant auto timed in each round
+    assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | - | -"  # never both
+    assert all(line.count("|") == 6 for line in lines[2:8])  # header, rule and the four widths: seven columns
+
+
+def test_paired_table_names_one_variant_once_when_every_round_timed_it(paired):
+    rounds = [paired.Round({2: 900.0}, {2: 300.0}, {2: 91.0}, 40.0, i % 2 == 0, {2: "packed-16c4-avx512vnni-zmm"})
+              for i in range(3)]
+    w2 = next(line for line in paired.table(rounds, "4096x14336", 1) if line.startswith("w2 |")).split(" | ")
+    assert w2[1:4] == ["3.00 3.00 3.00", "3.00", "3 of 3"]
+    assert w2[6] == "packed-16c4-avx512vnni-zmm (every round)"
+    unnamed = paired.Round({2: 900.0}, {2: 300.0}, {2: 91.0}, 40.0, True)  # a sweep row without "variant"
+    assert paired.variants([unnamed, rounds[0]], 2) == "? / packed-16c4-avx512vnni-zmm"
 
 
 @pytest.fixture
