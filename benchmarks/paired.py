@@ -42,7 +42,7 @@ class Round(NamedTuple):
     gemvbw_pct_read: dict[int, float]
     read_gbps: float
     mnn_first: bool
-    gemvbw_variant: dict[int, str] = {}
+    gemvbw_variant: dict[int, str]
 
 
 def mnn_first(index: int) -> bool:

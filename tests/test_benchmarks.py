@@ -402,7 +402,7 @@ def test_paired_table_names_one_variant_once_when_every_round_timed_it(paired):
     w2 = next(line for line in paired.table(rounds, "4096x14336", 1) if line.startswith("w2 |")).split(" | ")
     assert w2[1:4] == ["3.00 3.00 3.00", "3.00", "3 of 3"]
     assert w2[6] == "packed-16c4-avx512vnni-zmm (every round)"
-    unnamed = paired.Round({2: 900.0}, {2: 300.0}, {2: 91.0}, 40.0, True)  # a sweep row without "variant"
+    unnamed = paired.Round({2: 900.0}, {2: 300.0}, {2: 91.0}, 40.0, True, {})  # a sweep row without "variant"
     assert paired.variants([unnamed, rounds[0]], 2) == "? / packed-16c4-avx512vnni-zmm"
 
 
