@@ -12,7 +12,10 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    better of its two (as each peer's is);
 3. gemvbw model qwen3-0.6b --bits 4, with the default (int8) and f32 activations;
 4. benchmarks/wall.py at each thread count, after the first int8 sweeps: each tier against a plain read of
-   its bytes, and (--latency-ratios) every width's kernels and reads in the same rounds;
+   its bytes, and (--latency-ratios) every width's kernels and reads in the same rounds; and
+   benchmarks/row_read.py (each width's plain read timed as a sweep row with --iters, beside its kernel's row
+   and the read roofline taken before and after: how much of the roofline the bars set a row against a row
+   can reach at all);
    then benchmarks/asm_check.py (what the generated loops look like, instructions per weight per tier) and
    benchmarks/hot_loop.py --read (each tier's hot loop timed from L1: the compute floor of a cold call at one
    thread, beside a read of the same bytes);
@@ -528,6 +531,8 @@ def main() -> int:
     walls = {t: run.step(f"wall-{t}t", lambda: script_md("wall.py", "--threads", str(t), *cold)) for t in counts}
     ratios = {t: run.step(f"ratios-{t}t", lambda: script_md("wall.py", "--latency-ratios", "--threads", str(t),
                                                             *cold)) for t in counts}
+    rows = {t: run.step(f"rowread-{t}t", lambda: script_md("row_read.py", "--threads", str(t), "--iters",
+                                                           args.iters, *cold)) for t in counts}
     if args.ggml_bin:
         ggml_runs.append(ggml_step("ggml-b"))
     for t in mnn_runs:
@@ -585,6 +590,12 @@ def main() -> int:
                   "The read roofline above is taken once, before the sweep; this machine's bandwidth moves while "
                   "a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "
                   "interleaved, cold, in one process:", ""] + walls[t] + [""]
+        lines += ["### A plain read timed as a row (`benchmarks/row_read.py`)", "",
+                  "The bars set a row (best group mean of calls, each after the flush) against the read roofline "
+                  "(best of a few reads of a large buffer, no flush). Here a plain read of each width's bytes was "
+                  "timed exactly as a row, beside the kernel's row (`--kernel auto`'s choice) and the roofline "
+                  "taken before and after, in rounds: where the read's row stays under the roofline, that share "
+                  "is the row's, and no kernel reaches past it.", ""] + rows[t] + [""]
         for shape in SHAPES:
             lines += shape_table(i8[t], shape)
         lines += ["### Warm (`--flush-mib 0`), 4096x14336", ""] + shape_table(warm[t], "4096x14336")[2:]

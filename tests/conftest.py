@@ -25,6 +25,7 @@ def load_script():
             sys.path.insert(0, folder)
         spec = importlib.util.spec_from_file_location(name, ROOT / relative)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # as an import would: dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
 

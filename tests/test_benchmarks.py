@@ -209,7 +209,7 @@ def test_a_run_stopped_part_way_keeps_its_steps_and_resumes_from_the_first_it_la
     stop_at[:] = ["model"]  # stopped again at the model runs: everything before them was measured once
     with pytest.raises(run.Stopped):
         run.main()
-    assert calls == ["warm", "wall.py", "wall.py", "ggml", "mnn", "i8", "warm", "paired.py", "model"]
+    assert calls == ["warm", "wall.py", "wall.py", "row_read.py", "ggml", "mnn", "i8", "warm", "paired.py", "model"]
     assert "= f32: kept from" in capsys.readouterr().err
     assert not out.exists()
 
@@ -536,3 +536,123 @@ def test_run_mnn_passes_the_sweeps_flush_to_mnn(run, monkeypatch, tmp_path):
     old = [run.MnnPass({"64x128": (out.replace("cold cache: 96 MiB flush before each iter\n", ""), widths)},
                        (1.0, 1.0))]
     assert run.mnn_flush_note(old, 96).startswith("gemvbw reads 96 MiB before every call, MNN 64 MiB: its build lacks")
+
+
+@pytest.fixture
+def row_read(load_script):
+    return load_script("benchmarks/row_read.py", "bench_row_read")
+
+
+def test_row_read_sets_each_row_against_the_rooflines_around_it(row_read):
+    # 1e6 bytes: a 25 us row is 40 GB/s; rooflines 50 and 40 GB/s around the round
+    first = row_read.RowReading(0, 8, 1_000_000, 50.0, 40.0, {"read 1": 30.0, "read 4": 25.0}, "tile", 40.0)
+    again = row_read.RowReading(1, 8, 1_000_000, 40.0, 40.0, {"read 1": 20.0}, "tile", 25.0)
+    failed = row_read.RowReading(0, 2, 300_000, 50.0, 40.0, {"read 1": 10.0}, "bad", None)
+    assert first.read_way == "read 4" and first.pct_of_rooflines(25.0) == (80.0, 100.0)
+    assert row_read.reading_line(first) == ("1 | w8 | 50.0 / 40.0 GB/s | 25.0 us, 40.0 GB/s (4 streams per thread) "
+                                            "| 80-100 | tile 40.0 us, 25.0 GB/s | 50-62 | 1.60")
+    assert row_read.reading_line(failed).endswith("| bad: FAILED verification, not timed | - | -")
+    lines = row_read.summary([first, failed, again], llc_bytes=500_000)
+    # read rows: 40 GB/s of a 45 GB/s mean (89 %), 50 of 40 (125 %); kernel rows 25/45 (56 %), 40/40 (100 %)
+    assert lines[2] == "w8 | 2 | 107 (89-125) | 78 (56-100) | 1.43 (1.25-1.60) | tile"
+    assert lines[3] == "w2 | 1 | 67 (67-67) | - (not timed) | - (not timed) | bad"
+    assert lines[5].startswith("w8: a read row above the faster roofline, with more bytes than the last-level "
+                               "cache: the bandwidth moved during the round")
+    cached = row_read.RowReading(0, 2, 300_000, 50.0, 40.0, {"read 1": 5.0}, "tile", 6.0)  # 60 GB/s, 300 kB
+    assert "w2: a read row above the faster roofline, with bytes that fit in the last-level cache" in \
+        "\n".join(row_read.summary([cached], llc_bytes=500_000))
+    assert len(row_read.summary([first, again], llc_bytes=None)) == 5  # cache unknown: no claim that it fits
+
+
+def test_row_read_times_each_width_as_rows_between_two_rooflines(row_read, monkeypatch):
+    events = []
+    rooflines = iter([30.0, 32.0, 34.0, 36.0])
+
+    class Spec:
+        variant = "tile"
+
+        def session(self, threads):
+            import contextlib
+            return contextlib.nullcontext()
+
+    def bandwidth(threads, nbytes):
+        events.append("roofline")
+        return type("Bandwidth", (), {"gbps": next(rooflines)})()
+
+    def row(call, iters, reps, flusher):
+        assert (iters, reps, flusher.flush_mib) == (7, 2, 3)
+        events.append(call)
+        return {"w8 read 1": 20.0, "w8 read 4": 18.0, "w8 kernel": 19.0,
+                "w2 read 1": 6.0, "w2 read 4": 7.0, "w2 kernel": 9.0}[call]
+
+    monkeypatch.setattr(row_read, "read_bandwidth", bandwidth)
+    monkeypatch.setattr(row_read, "row_us", row)
+    monkeypatch.setattr(row_read, "read_runs", lambda nbytes, threads: {
+        f"read {s}": f"w{8 if nbytes > 10_000 else 2} read {s}" for s in (1, 4)})
+    monkeypatch.setattr(row_read, "verified_kernel", lambda qm, x, y, threads, flusher, variant:
+                        (Spec(), f"w{qm.bits} kernel"))
+    seen = []
+    readings = row_read.measure(64, 256, [8, 2], 1, 2, 7, 2, 3, roofline_bytes=1 << 20, on_reading=seen.append)
+    # round 1: widths in order, each read first; round 2: widths rotated, each kernel first
+    assert events == ["roofline", "w8 read 1", "w8 read 4", "w8 kernel", "w2 read 1", "w2 read 4", "w2 kernel",
+                      "roofline", "roofline", "w2 kernel", "w2 read 1", "w2 read 4", "w8 kernel", "w8 read 1",
+                      "w8 read 4", "roofline"]
+    assert seen == readings and [(g.round, g.bits) for g in readings] == [(0, 8), (0, 2), (1, 8), (1, 2)]
+    assert [(g.roofline_before, g.roofline_after) for g in readings] == [(30.0, 32.0)] * 2 + [(34.0, 36.0)] * 2
+    w8 = readings[0]  # bytes: 64 rows x 256 codes, + 64 rows x 4 blocks x 2 fp16 values
+    assert (w8.nbytes, w8.read_way, w8.fastest_read_us, w8.kernel_us) == (64 * 256 + 64 * 4 * 2 * 2, "read 4", 18.0, 19.0)
+    assert (readings[1].read_way, readings[1].kernel_us) == ("read 1", 9.0)
+
+
+def test_row_read_never_times_a_kernel_that_fails_verification(row_read, monkeypatch, capsys):
+    from gemvbw import kernels
+    from gemvbw.harness import CacheFlusher
+    from gemvbw.quant import random_activations, random_quantized
+
+    good = kernels.variants(4, "i8")[0]
+
+    def wrong(qm):
+        run = good.bind(qm)
+
+        def off_by_some(x, y):
+            run(x, y)
+            y[0] += 1.0
+        return off_by_some
+
+    bad = kernels.KernelSpec(4, "i8", "wrong", "y[0] off", wrong, activations=good.activations)
+    monkeypatch.setattr(row_read.kernels, "get", lambda bits, act, variant: {"wrong": bad, good.variant: good}[variant])
+    qm, x, y = random_quantized(32, 128, 4, seed=1), random_activations(128, 0), np.empty(32, np.float32)
+    spec, call = row_read.verified_kernel(qm, x, y, 1, CacheFlusher(1), "wrong")
+    assert spec is bad and call is None
+    assert "w4 wrong: FAILED verification" in capsys.readouterr().err
+    spec, call = row_read.verified_kernel(qm, x, y, 1, CacheFlusher(1), good.variant)
+    assert spec is good and call is not None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "0"], "--rounds: 0; give 1 or more"),
+    (["--iters", "-1"], "--iters: -1; give 1 or more"),
+    (["--bits", "8,5"], "--bits: '8,5'; give widths from 8,4,3,2"),
+    (["--shape", "4096"], "--shape: '4096'; give MxK"),
+    (["--flush-mib", "0"], "--flush-mib: 0 MiB; the cold figures need a flush"),
+    (["--variant", "no-such-tile", "--bits", "8"], "--variant: no w8 int8 variant 'no-such-tile' on this CPU"),
+])
+def test_row_read_refuses_bad_input_naming_the_flag(row_read, capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        row_read.main(args)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_row_read_runs_end_to_end_on_a_tiny_shape(row_read, monkeypatch, tmp_path, capsys):
+    from gemvbw import kernels
+
+    monkeypatch.setattr(row_read, "read_buffer_bytes", lambda llc: 1 << 20)  # a small roofline buffer: quick
+    md = tmp_path / "rows.md"
+    assert row_read.main(["--shape", "32x128", "--threads", "1", "--bits", "8,2", "--rounds", "2", "--iters", "2",
+                          "--reps", "1", "--flush-mib", "1", "--md", str(md)]) == 0
+    text = md.read_text()
+    rows = [line for line in text.splitlines() if line[:1] in "12" and " | w" in line]
+    assert [line.split(" | ")[:2] for line in rows] == [["1", "w8"], ["1", "w2"], ["2", "w8"], ["2", "w2"]]
+    names = {s.variant for b in (8, 2) for s in kernels.variants(b, "i8")}
+    assert all(line.split(" | ")[5].split()[0] in names for line in rows)  # auto's verified choice, timed
+    assert "w8 | 2 | " in text and "w2 | 2 | " in text and text == capsys.readouterr().out.replace("\n\n\n", "\n\n")
