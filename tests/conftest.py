@@ -64,6 +64,25 @@ def broken_w4_kernel():
     kernels.unregister(4, "f32", "broken")
 
 
+@pytest.fixture
+def wrong_i8_w4():
+    """(good, bad): the first w4 int8 variant this CPU runs, and a spec 'wrong' that runs it and then adds 1 to
+    y[0], sharing its activations: close to right, but off the reference. Not registered."""
+    from gemvbw import kernels
+
+    good = kernels.variants(4, "i8")[0]
+
+    def bind(qm):
+        run = good.bind(qm)
+
+        def off_by_some(x, y):
+            run(x, y)
+            y[0] += 1.0
+        return off_by_some
+
+    return good, kernels.KernelSpec(4, "i8", "wrong", "y[0] off", bind, activations=good.activations)
+
+
 # The emulated aarch64 stage (.ci/arm64) runs three QEMU CPU models side by side on two cores, where compiling
 # a kernel takes minutes and dominates. There each kernel's own tests (those parametrized by "spec") run under
 # one model only: an int8 tier's under the oldest model that has it, the f32 loops' under max. Every model still

@@ -309,24 +309,11 @@ def test_flush_option_is_one_flag_with_one_check_for_every_script(load_script, c
         assert advice in err
 
 
-def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeypatch, capsys):
-    import numpy as np
-
-    from gemvbw import kernels
+def test_wall_never_times_a_variant_that_fails_verification(load_script, monkeypatch, capsys, wrong_i8_w4):
     from gemvbw.quant import random_activations, random_quantized
 
     wall = load_script("benchmarks/wall.py", "bench_wall")
-    good = kernels.variants(4, "i8")[0]  # whichever this CPU runs best
-
-    def wrong(qm):
-        run = good.bind(qm)
-
-        def off_by_some(x, y):
-            run(x, y)
-            y[0] += 1.0
-        return off_by_some
-
-    bad = kernels.KernelSpec(4, "i8", "wrong", "y[0] off", wrong, activations=good.activations)
+    good, bad = wrong_i8_w4
     monkeypatch.setattr(wall.kernels, "variants", lambda bits, act: [good, bad])
     qm = random_quantized(32, 128, 4, seed=1)
     runs = wall.verified_runs(qm, random_activations(128, 0), np.empty(32, np.float32), "w4 ")
@@ -604,22 +591,11 @@ def test_row_read_times_each_width_as_rows_between_two_rooflines(row_read, monke
     assert (readings[1].read_way, readings[1].kernel_us) == ("read 1", 9.0)
 
 
-def test_row_read_never_times_a_kernel_that_fails_verification(row_read, monkeypatch, capsys):
-    from gemvbw import kernels
+def test_row_read_never_times_a_kernel_that_fails_verification(row_read, monkeypatch, capsys, wrong_i8_w4):
     from gemvbw.harness import CacheFlusher
     from gemvbw.quant import random_activations, random_quantized
 
-    good = kernels.variants(4, "i8")[0]
-
-    def wrong(qm):
-        run = good.bind(qm)
-
-        def off_by_some(x, y):
-            run(x, y)
-            y[0] += 1.0
-        return off_by_some
-
-    bad = kernels.KernelSpec(4, "i8", "wrong", "y[0] off", wrong, activations=good.activations)
+    good, bad = wrong_i8_w4
     monkeypatch.setattr(row_read.kernels, "get", lambda bits, act, variant: {"wrong": bad, good.variant: good}[variant])
     qm, x, y = random_quantized(32, 128, 4, seed=1), random_activations(128, 0), np.empty(32, np.float32)
     spec, call = row_read.verified_kernel(qm, x, y, 1, CacheFlusher(1), "wrong")
