@@ -249,6 +249,9 @@ def main(argv=None) -> int:
     try:
         measure(M, K, widths, args.threads, args.rounds, args.iters, args.reps, args.flush_mib, args.variant,
                 on_reading=shown)
+    except calibrate.CalibrationFailed as exc:  # no variant of a width matches the reference: nothing to time
+        print(f"row_read.py: {exc}; no kernel row can be timed", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # keep the rounds that ended
         stopped = True
         lines += ["", f"Stopped (Ctrl-C) after {len({g.round for g in readings})} of {args.rounds} rounds; the "

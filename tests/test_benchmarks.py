@@ -632,3 +632,14 @@ def test_row_read_runs_end_to_end_on_a_tiny_shape(row_read, monkeypatch, tmp_pat
     names = {s.variant for b in (8, 2) for s in kernels.variants(b, "i8")}
     assert all(line.split(" | ")[5].split()[0] in names for line in rows)  # auto's verified choice, timed
     assert "w8 | 2 | " in text and "w2 | 2 | " in text and text == capsys.readouterr().out.replace("\n\n\n", "\n\n")
+
+
+def test_row_read_says_so_when_no_variant_of_a_width_verifies(row_read, monkeypatch, capsys):
+    def none_left(*args, **kwargs):
+        raise row_read.calibrate.CalibrationFailed("no w8 i8 variant passed verification during calibration")
+
+    monkeypatch.setattr(row_read.calibrate, "choose", none_left)
+    assert row_read.main(["--shape", "32x128", "--bits", "8", "--rounds", "1", "--iters", "1", "--reps", "1",
+                          "--flush-mib", "1"]) == 1
+    assert "no w8 i8 variant passed verification during calibration; no kernel row can be timed" in \
+        capsys.readouterr().err
