@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from gemvbw import calibrate, kernels, system
-from gemvbw.harness import CacheFlusher, time_groups
+from gemvbw.harness import CacheFlusher, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import read_bandwidth, read_buffer_bytes
 from gemvbw.settings import machine_llc_bytes
@@ -161,10 +161,17 @@ def reading_line(g: RowReading) -> str:
                        read_cell, f"{hi:.0f}-{lo:.0f}", *kernel_cells])
 
 
-def summary(readings: list[RowReading], llc_bytes: int | None = None) -> list[str]:
+# a row under this many times an empty call's cost after the flush is a latency as much as a bandwidth (the
+# sweep's own rule for records without a fixed cost)
+CALL_BOUND = 20
+
+
+def summary(readings: list[RowReading], llc_bytes: int | None = None,
+            empty_call_us: float | None = None) -> list[str]:
     """Per width, medians over the rounds: the read row's and the kernel row's share of the mean of the two
     rooflines around each, and the kernel row against the read row of the same round; then what a read row
-    above its rooflines means (``llc_bytes``: the last-level cache, None when unknown)."""
+    above its rooflines means (``llc_bytes``: the last-level cache, None when unknown), and which rows are short
+    enough for the call's own cost (``empty_call_us``: an empty call after the flush) to weigh."""
     lines = ["width | rounds | read row, % of the roofline (median, range) | kernel row, % of the roofline "
              "(median, range) | kernel / read row (median, range) | kernel(s)", "---|---:|---|---|---|---"]
     for b in dict.fromkeys(g.bits for g in readings):
@@ -193,6 +200,13 @@ def summary(readings: list[RowReading], llc_bytes: int | None = None) -> list[st
                       "last-level cache: the bandwidth moved during the round (the rooflines are taken at its two "
                       "ends, each in about a second, while a row's best group may fall in a faster minute). In "
                       "those rounds the roofline is not the wall the rows had."]
+    if empty_call_us is not None:
+        short = list(dict.fromkeys(f"w{g.bits}" for g in readings if g.fastest_read_us < CALL_BOUND * empty_call_us))
+        if short:
+            lines += ["", f"{', '.join(short)}: read rows under {CALL_BOUND} times an empty call after the flush "
+                          f"({empty_call_us:.1f} us): launching the call weighs in those rows as well as the bytes "
+                          "(in the kernel's row more than in the read's); read them as latencies, and measure "
+                          "the wall on a larger shape."]
     return lines
 
 
@@ -257,7 +271,8 @@ def main(argv=None) -> int:
         lines += ["", f"Stopped (Ctrl-C) after {len({g.round for g in readings})} of {args.rounds} rounds; the "
                       "summary covers those."]
         print(lines[-1], file=sys.stderr)
-    table = ["", *summary(readings, machine_llc_bytes())] if readings else []
+    empty = measure_call_overhead(args.threads, calls=200, flusher=CacheFlusher(args.flush_mib), cold_calls=30)
+    table = ["", *summary(readings, machine_llc_bytes(), empty.cold_median_us)] if readings else []
     lines += table
     print("\n".join(table))
     if args.md:

@@ -549,6 +549,10 @@ def test_row_read_sets_each_row_against_the_rooflines_around_it(row_read):
     assert "w2: a read row above the faster roofline, with bytes that fit in the last-level cache" in \
         "\n".join(row_read.summary([cached], llc_bytes=500_000))
     assert len(row_read.summary([first, again], llc_bytes=None)) == 5  # cache unknown: no claim that it fits
+    # a read row of 25 us against an empty call of 1.5 us after the flush (20 x = 30 us): short; of 1.0 us: not
+    assert row_read.summary([first], empty_call_us=1.5)[-1].startswith(
+        "w8: read rows under 20 times an empty call after the flush (1.5 us)")
+    assert not any("empty call" in line for line in row_read.summary([first], empty_call_us=1.0))
 
 
 def test_row_read_times_each_width_as_rows_between_two_rooflines(row_read, monkeypatch):
