@@ -32,15 +32,14 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from gemvbw import calibrate, kernels, system
+from gemvbw import calibrate, kernels, metrics, system
 from gemvbw.harness import CacheFlusher, measure_call_overhead, time_groups
 from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import read_bandwidth, read_buffer_bytes
 from gemvbw.settings import machine_llc_bytes
-from gemvbw.verify import reference_gemv, verify
 
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this runs
-from wall import read_runs
+from wall import read_runs, verified_call
 
 
 @dataclass(frozen=True)
@@ -66,16 +65,17 @@ class RowReading:
         return self.read_us[self.read_way]
 
     def gbps(self, us: float) -> float:
-        return self.nbytes / us / 1e3
+        """eff GB/s of a row of ``us`` over this width's logical bytes (the sweep's formula)."""
+        return metrics.eff_gbps(self.nbytes, us / 1e6)
 
     def pct_of_rooflines(self, us: float) -> tuple[float, float]:
-        """The row's share of the faster and of the slower of the two rooflines around it (%)."""
+        """The row's share of the faster and of the slower of the two rooflines around it (%read)."""
         g = self.gbps(us)
-        return (100 * g / max(self.roofline_before, self.roofline_after),
-                100 * g / min(self.roofline_before, self.roofline_after))
+        return (metrics.pct_read(g, max(self.roofline_before, self.roofline_after)),
+                metrics.pct_read(g, min(self.roofline_before, self.roofline_after)))
 
     def pct_of_mean_roofline(self, us: float) -> float:
-        return 100 * self.gbps(us) / ((self.roofline_before + self.roofline_after) / 2)
+        return metrics.pct_read(self.gbps(us), (self.roofline_before + self.roofline_after) / 2)
 
 
 def row_us(call: Callable[[], object], iters: int, reps: int, flusher: CacheFlusher) -> float:
@@ -92,12 +92,7 @@ def verified_kernel(qm, x: np.ndarray, y: np.ndarray, threads: int, flusher: Cac
         spec = calibrate.choose(qm.bits, "i8", threads, qm, x, flusher=flusher).spec
     else:
         spec = kernels.get(qm.bits, "i8", variant)
-    check = verify(spec, qm, x, reference_gemv(qm, spec.reference_x(x, qm.block)))
-    if not check.ok:
-        print(f"w{qm.bits} {spec.variant}: FAILED verification (max rel err {check.max_rel_err:.2e} > "
-              f"{check.tolerance:.0e}); not timed", file=sys.stderr, flush=True)
-        return spec, None
-    return spec, kernels.call_on(spec.bind(qm), x, y)
+    return spec, verified_call(spec, qm, x, y)
 
 
 def measure(M: int, K: int, widths: list[int], threads: int, rounds: int, iters: int, reps: int,
@@ -117,20 +112,20 @@ def measure(M: int, K: int, widths: list[int], threads: int, rounds: int, iters:
     for r in range(rounds):
         before = read_bandwidth(threads, big).gbps
         order = widths[r % len(widths):] + widths[:r % len(widths)]
-        timed = {}
+        read_us: dict[int, dict[str, float]] = {}
+        kernel_us: dict[int, float | None] = dict.fromkeys(widths)
         for b in order:
-            nbytes, spec, call, reads = prepared[b]
-            read_us, kernel_us = {}, None
+            _, spec, call, reads = prepared[b]
             for part in (("read", "kernel") if r % 2 == 0 else ("kernel", "read")):
                 if part == "read":
-                    read_us = {way: row_us(f, iters, reps, flusher) for way, f in reads.items()}
+                    read_us[b] = {way: row_us(f, iters, reps, flusher) for way, f in reads.items()}
                 elif call is not None:
                     with spec.session(threads):
-                        kernel_us = row_us(call, iters, reps, flusher)
-            timed[b] = (nbytes, read_us, spec.variant, kernel_us)
+                        kernel_us[b] = row_us(call, iters, reps, flusher)
         after = read_bandwidth(threads, big).gbps
         for b in widths:
-            reading = RowReading(r, b, timed[b][0], before, after, *timed[b][1:])
+            nbytes, spec = prepared[b][:2]
+            reading = RowReading(r, b, nbytes, before, after, read_us[b], spec.variant, kernel_us[b])
             readings.append(reading)
             if on_reading is not None:
                 on_reading(reading)
@@ -271,8 +266,9 @@ def main(argv=None) -> int:
         lines += ["", f"Stopped (Ctrl-C) after {len({g.round for g in readings})} of {args.rounds} rounds; the "
                       "summary covers those."]
         print(lines[-1], file=sys.stderr)
-    empty = measure_call_overhead(args.threads, calls=200, flusher=CacheFlusher(args.flush_mib), cold_calls=30)
-    table = ["", *summary(readings, machine_llc_bytes(), empty.cold_median_us)] if readings else []
+    empty = None if stopped or not readings else measure_call_overhead(  # (not after a Ctrl-C: the user wants out)
+        args.threads, calls=200, flusher=CacheFlusher(args.flush_mib), cold_calls=30).cold_median_us
+    table = ["", *summary(readings, machine_llc_bytes(), empty)] if readings else []
     lines += table
     print("\n".join(table))
     if args.md:

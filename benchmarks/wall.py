@@ -83,6 +83,20 @@ def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, call
     return {n: statistics.median(v) for n, v in samples.items()}
 
 
+def verified_call(spec: kernels.KernelSpec, qm, x: np.ndarray, y: np.ndarray,
+                  reference: np.ndarray | None = None) -> Callable[[], object] | None:
+    """A call of ``spec`` on qm, x and y, or None, named on stderr, when it does not match the numpy reference
+    (``reference``: the one for spec's activations where the caller holds it)."""
+    if reference is None:
+        reference = reference_gemv(qm, spec.reference_x(x, qm.block))
+    check = verify(spec, qm, x, reference)
+    if not check.ok:
+        print(f"w{qm.bits} {spec.variant}: FAILED verification (max rel err {check.max_rel_err:.2e} > "
+              f"{check.tolerance:.0e}); not timed", file=sys.stderr, flush=True)
+        return None
+    return kernels.call_on(spec.bind(qm), x, y)
+
+
 def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[str, Callable[[], object]]:
     """{prefix + variant: a call} of every int8 variant of qm's width that matches the numpy reference (the int8
     variants share one: x quantized per block); a variant that does not is named on stderr and left out."""
@@ -90,13 +104,9 @@ def verified_runs(qm, x: np.ndarray, y: np.ndarray, prefix: str = "") -> dict[st
     for spec in kernels.variants(qm.bits, "i8"):
         if spec.activations not in references:
             references[spec.activations] = reference_gemv(qm, spec.reference_x(x, qm.block))
-        check = verify(spec, qm, x, references[spec.activations])
-        if not check.ok:
-            print(f"w{qm.bits} {spec.variant}: FAILED verification (max rel err {check.max_rel_err:.2e} > "
-                  f"{check.tolerance:.0e}); not timed", file=sys.stderr, flush=True)
-            continue
-        run = spec.bind(qm)
-        runs[prefix + spec.variant] = kernels.call_on(run, x, y)
+        call = verified_call(spec, qm, x, y, references[spec.activations])
+        if call is not None:
+            runs[prefix + spec.variant] = call
     return runs
 
 
