@@ -219,7 +219,8 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script):
     assert got == {"default": {}, "streams=4": {"nstreams": 4},
                    "streams=3, ahead=4096 ,locality=3": {"nstreams": 3, "ahead": 4096, "locality": 3}}
     for bad in ("stream=2", "ahead=x", "ahead", "turn=2"):
-        with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N, split=N"):
+        with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N, split=N, "
+                                             "stack=N"):
             variants.parse_variants(bad)
 
 
@@ -233,6 +234,9 @@ def test_tile_variants_checks_what_each_format_can_build(load_script):
     with pytest.raises(ValueError, match="split=N: packed-4x2 kernels have one w3 layout"):
         variants.check_options("4x2", "avx2", {"planes": {"w3_split": 0}})
     assert variants.parse_variants("split=0") == {"split=0": {"w3_split": 0}}
+    with pytest.raises(ValueError, match="stack=N: packed-4x2 kernels have one w2 layout"):
+        variants.check_options("4x2", "avx2", {"rows": {"w2_stack": 0}})
+    assert variants.parse_variants("stack=0,streams=4") == {"stack=0,streams=4": {"w2_stack": 0, "nstreams": 4}}
     with pytest.raises(ValueError, match="no packed kernel for tier 'avx2', w8, prefetch 4096 bytes ahead, locality 5"):
         variants.check_options("4x2", "avx2", {"bad": {"ahead": 4096, "locality": 5}})
     with pytest.raises(ValueError, match="prefetch -1 bytes ahead"):
@@ -458,7 +462,7 @@ def test_hot_loop_adds_what_the_kernel_adds(hot_loop, bits):
     for name, fmt, tier in checked:
         # exits unless the kernel matches the reference and the loop's sums are its y bit for bit
         tag, copy, meta, work, nb, accs, weights = hot_loop.prepared(fmt, tier, bits, 256)
-        rows = tile.tile_rows(tier) * tile.plain_streams(bits) if fmt == "c4" else packed.ROWS * packed.STREAMS
+        rows = tile.group_rows(tier, bits) * tile.plain_streams(bits) if fmt == "c4" else packed.ROWS * packed.STREAMS
         assert (nb, weights) == (4, rows * 256), name
         before = accs.copy()
         assert hot_loop._hot_steps(tag, copy, meta, work, 256, nb, accs, 3) == weights

@@ -139,9 +139,12 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
     from gemvbw.kernels import tile
     from gemvbw.quant import random_quantized
 
-    assert {bits: tile.plain_streams(bits, cpu, threads=1) for bits in tile.WIDTHS} == plain
+    # (plain and shared: w2's tile with one row per lane; its plain tile is stacked and reads one group everywhere)
+    assert {bits: tile.plain_streams(bits, cpu, threads=1, w2_stack=False) for bits in tile.WIDTHS} == plain
     for threads in (2, 8):
-        assert {bits: tile.plain_streams(bits, cpu, threads=threads) for bits in tile.WIDTHS} == shared
+        assert {bits: tile.plain_streams(bits, cpu, threads=threads, w2_stack=False) for bits in tile.WIDTHS} == shared
+        assert tile.plain_streams(2, cpu, threads=threads) == tile.STACKED_STREAMS == 1
+    plain, shared = {**plain, 2: 1}, {**shared, 2: 1}
     assert {bits: tile.prfm_streams(bits, cpu) for bits in tile.WIDTHS} == twin
     monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     # the column tiles are x86_64's; their specs are built (not compiled) on any machine, as the registry test does
@@ -162,6 +165,8 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
                 said = f", {twin[bits]} groups of rows at once per thread" if twin[bits] != 2 else None
             elif plain[bits] != shared[bits]:
                 said = f", {plain[bits]} groups of rows at once per thread at 1 thread and {shared[bits]} at more"
+            elif plain[bits] == 1:
+                said = ", 1 group of rows at once per thread; w2 as four rows per lane"
             else:
                 said = f", {plain[bits]} groups of rows at once per thread" if plain[bits] != 2 else None
             assert (said in spec.description) if said else ("groups of rows" not in spec.description), \

@@ -285,35 +285,58 @@ def _documented_tile_byte(codes, bits, s, t, w3_split):
     return sum((c[8 * (s - 4) + p] >> 2) << p for p in range(8))  # the high bits of groups 8(s - 4) + p at bit p
 
 
+def _documented_stacked_byte(codes, s, t):
+    """Byte t of lane r in code vector s of a stacked w2 tile, from the 64 codes of the block of each of its rows
+    r, r + R, r + 2R, r + 3R (``codes``, 4 x 64): row set p's code of weight 4s + t at bits 2p."""
+    return sum(int(codes[p][4 * s + t]) << (2 * p) for p in range(4))
+
+
 @pytest.mark.parametrize("rows", [8, 16])
-@pytest.mark.parametrize("bits,w3_split", [(8, True), (4, True), (3, True), (3, False), (2, True)])
+@pytest.mark.parametrize("bits,w3_split,w2_stack",
+                         [(8, True, True), (4, True, True), (3, True, True), (3, False, True), (2, True, False),
+                          (2, True, True)])
 @pytest.mark.parametrize("meta_bytes", [2, 4])
-def test_column_tiles_hold_the_documented_bytes(rows, bits, w3_split, meta_bytes):
+def test_column_tiles_hold_the_documented_bytes(rows, bits, w3_split, w2_stack, meta_bytes):
     if EMULATED:
         pytest.skip("emulated: the column tiles are x86 kernels; their layout is checked where they run")
-    # vector s of tile (g, b), row r's lane, byte t at (s * rows + r) * 4 + t, 2 * bits vectors of codes
-    M, K = 2 * rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
+    # vector s of tile (g, b), lane r, byte t at (s * rows + r) * 4 + t: 2 * bits vectors of codes, one row per lane;
+    # stacked w2 16 vectors, one per group, of four row sets (a tile of 4 * rows rows)
+    stacked = bits == 2 and w2_stack
+    tile_rows, vectors = (4 * rows, 16) if stacked else (rows, 2 * bits)
+    M, K = 2 * tile_rows + 3, 64 * 3 + 24  # three rows outside the tiles, a short block left over
     qm = random_quantized(M, K, bits=bits, meta_bytes=meta_bytes, seed=bits + rows)
-    pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows, w3_split)
+    pc, nfull = tile.pack(qm.codes, qm.scale_raw, qm.offset_raw, bits, K, rows, w3_split, w2_stack)
     assert pc.ctypes.data % 64 == 0  # every tile on a cache line: its vector loads split none
     codes = _unpacked_codes(qm)
-    size = tile.tile_bytes(bits, rows, meta_bytes)  # codes, then [rows x scale | rows x offset] as stored
-    assert nfull == 3 and pc.size == 2 * 3 * size == 2 * 3 * (rows * 64 * bits // 8 + 2 * rows * meta_bytes)
+    size = tile.tile_bytes(bits, tile_rows, meta_bytes)  # codes, then [rows x scale | rows x offset] as stored
+    assert nfull == 3 and pc.size == 2 * 3 * size == 2 * 3 * (tile_rows * 64 * bits // 8 + 2 * tile_rows * meta_bytes)
     for g in range(2):
         for b in range(3):
             t = g * 3 + b
             base = t * size
-            for s in range(2 * bits):
+            for s in range(vectors):
                 for r in range(rows):
-                    block = codes[g * rows + r, 64 * b:64 * (b + 1)]
+                    block = codes[g * tile_rows + r::rows][:tile_rows // rows, 64 * b:64 * (b + 1)]
                     for j in range(4):
-                        want = _documented_tile_byte(block, bits, s, j, w3_split)
+                        if stacked:
+                            want = _documented_stacked_byte(block, s, j)
+                        else:
+                            want = _documented_tile_byte(block[0], bits, s, j, w3_split)
                         assert pc[base + (s * rows + r) * 4 + j] == want, (g, b, s, r, j)
-            base += 2 * bits * rows * 4
+            base += vectors * rows * 4
             meta = pc[base:(t + 1) * size].view(qm.scale_raw.dtype)
-            assert meta.size == 2 * rows
-            assert np.array_equal(meta[:rows], qm.scale_raw[g * rows:(g + 1) * rows, b])
-            assert np.array_equal(meta[rows:], qm.offset_raw[g * rows:(g + 1) * rows, b])
+            assert meta.size == 2 * tile_rows
+            assert np.array_equal(meta[:tile_rows], qm.scale_raw[g * tile_rows:(g + 1) * tile_rows, b])
+            assert np.array_equal(meta[tile_rows:], qm.offset_raw[g * tile_rows:(g + 1) * tile_rows, b])
+
+
+def test_stacked_w2_fields_hold_each_rows_code_once():
+    # 16 vectors x 4 fields: every (row set, group) pair once, each in its own 2 bits of one vector
+    layout = tile.fields(2, w2_stack=True)
+    assert sorted((f.rowset, f.group) for f in layout) == [(p, q) for p in range(4) for q in range(16)]
+    assert len({(f.vector, f.pos) for f in layout}) == 64 and all(f.width == 2 and f.start == 0 for f in layout)
+    assert all(f.vector == f.group and f.pos == 2 * f.rowset for f in layout)
+    assert len(tile.fields(2, w2_stack=False)) == 16 and {f.rowset for f in tile.fields(2, w2_stack=False)} == {0}
 
 
 def test_w3_tile_fields_cover_every_bit_of_every_group_once():
@@ -369,10 +392,15 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
         y = np.full(M, np.nan, np.float32)
         tile.bind(tier, qm, 3, None, w3_split=not tile.W3_SPLIT)(x, y)
         assert np.array_equal(y, outs[0])  # integer sums are exact whichever way the fields are grouped
+    if bits == 2:  # w2 with one row per lane (its -prfm twin's layout, tile_variants.py's stack=0), any streams
+        for nstreams in (1, 4):
+            y = np.full(M, np.nan, np.float32)
+            tile.bind(tier, qm, 3, None, nstreams=nstreams, w2_stack=not tile.W2_STACK)(x, y)
+            assert relative_error(y, y_ref, bound) < 1e-5, nstreams
 
 
 @pytest.mark.skipif(not TILE_TIERS, reason="no column-tile tier runs on this CPU")
-@pytest.mark.parametrize("bits", [8, 3])
+@pytest.mark.parametrize("bits", [8, 3, 2])
 def test_a_tile_variant_stores_its_copy_under_the_layout_its_spec_names(bits):
     # the memory estimate counts one repacked copy per distinct spec.layout; a variant that stored its copy
     # under another key would hold a copy the estimate never counted
@@ -385,6 +413,8 @@ def test_a_tile_variant_stores_its_copy_under_the_layout_its_spec_names(bits):
     for spec in specs:
         spec.kernel_args(qm, x, y, 1)
     assert len(specs) >= 1 and set(_PACKED[qm]) == {spec.layout for spec in specs}
+    # w2's plain tile is stacked and its -prfm twin not: two copies, both counted
+    assert len(_PACKED[qm]) == (2 if bits == 2 and len(specs) == 2 else 1)
 
 
 @pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}])

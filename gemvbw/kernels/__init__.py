@@ -241,11 +241,11 @@ def _packed_args(tier: str) -> Callable[..., tuple]:
     return args
 
 
-def _tile_args(tier: str, ahead: int, nstreams: int | None) -> Callable[..., tuple]:
+def _tile_args(tier: str, ahead: int, nstreams: int | None, w2_stack: bool) -> Callable[..., tuple]:
     def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import tile
 
-        return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams)
+        return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams, w2_stack=w2_stack)
 
     return args
 
@@ -291,16 +291,22 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # so it is found when bound (None; gemvbw.kernels.tile.plain_streams), the registry built before
                 twin = tile.prfm_streams(bits)
                 alone, shared = tile.plain_streams(bits, threads=1), tile.plain_streams(bits, threads=2)
-                ways = [("", tile.PREFETCH_AHEAD[bits], None, _groups(alone, shared))] + ([(
-                    PRFM_SUFFIX, ahead, twin, f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"
+                # w2's plain tile stacks four rows' codes in a byte; its twin keeps one row's four groups (measured:
+                # stacked tiles read ahead lost on Zen 4, and the twin is what Intel and Zen 5 were measured to want)
+                stacked = tile.W2_STACK and bits == 2
+                ways = [("", tile.PREFETCH_AHEAD[bits], None, stacked, _groups(alone, shared) + (
+                    f"; w2 as four rows per lane, one to each 2-bit field (tiles of {4 * rows} rows)" if stacked else "")
+                )] + ([(
+                    PRFM_SUFFIX, ahead, twin, False,
+                    f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"
                 )] if ahead else [])
                 specs += [_i8_spec(
                     bits, f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
-                    _tile_args(t.name, ahead, nstreams), priority=t.tile_priority - (1 if suffix else 0),
-                    tier=t.name, layout=tile.layout_key(t.name, bits), ahead=ahead)
-                    for suffix, ahead, nstreams, what in ways]
+                    _tile_args(t.name, ahead, nstreams, stack), priority=t.tile_priority - (1 if suffix else 0),
+                    tier=t.name, layout=tile.layout_key(t.name, bits, w2_stack=stack), ahead=ahead)
+                    for suffix, ahead, nstreams, stack, what in ways]
     return specs
 
 
@@ -311,7 +317,7 @@ def _groups(alone: int, shared: int | None = None) -> str:
 
     if shared is not None and shared != alone:
         return f", {alone} groups of rows at once per thread at 1 thread and {shared} at more"
-    return f", {alone} groups of rows at once per thread" if alone != tile.STREAMS else ""
+    return f", {alone} group{'s' if alone > 1 else ''} of rows at once per thread" if alone != tile.STREAMS else ""
 
 
 def _register_i8() -> None:

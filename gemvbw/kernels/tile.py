@@ -21,8 +21,10 @@ w3 two whole 3-bit codes per byte (bits 0-2 and 3-5) and, in the two bits left, 
 split: their low two bits in one byte, their high bit in another, each half its own field, shifted back to
 its place in the code. 20 dot products per tile for w3, where storing its low two bits and its high bit as
 two bit planes took 32 (16 + 16; 0.126 hot-loop instructions per weight against 0.077 now, 16c4 on an Intel
-Xeon). The bytes are exactly those of the packed matrix, reordered. Blocks shorter than 64
-(the last one when 64 does not divide K) and the last M % R rows are read as stored, by the width's
+Xeon). w2's plain tile is stacked (:data:`W2_STACK`): its four fields hold four rows, a tile 4R rows by 64
+weights in 16 vectors, one per group, and each row set's sum comes from masks of 2, 4, 6 and 8 low bits by
+differences. The bytes are exactly those of the packed matrix, reordered. Blocks shorter than 64
+(the last one when 64 does not divide K) and the last M % R rows (M % 4R for stacked w2) are read as stored, by the width's
 f32 loop, on the skeleton packed-4x2 runs on (gemvbw.kernels.streams: several streams of row groups per
 thread, as many as the CPU was measured to want, :func:`plain_streams`).
 
@@ -124,6 +126,8 @@ PLAIN_STREAMS_BY_CPU = {("AuthenticAMD", 25): dict.fromkeys(WIDTHS, 4)}
 # 97, 93 vs 81, 87 vs 90). On 8c4 (256-bit) w2 with 8 was level with 4 (73 vs 75, 76 vs 77 %, 03:15 UTC): the
 # count is the CPU's, not the tier's. Only measured at 2 threads, on 2 cores. asm_check: the same hot loop with 8
 # as with 4 (58 instructions per 16c4 tile, 0.057 per weight), so the gain is the memory's.
+# (These w2 counts are for its tile with one row per lane, as tile_variants.py's stack=0 binds it: since
+# 2026-12-07 w2's plain tile is stacked and reads STACKED_STREAMS groups, see W2_STACK.)
 PLAIN_STREAMS_SHARED_BY_CPU = {("AuthenticAMD", 25): {**dict.fromkeys(WIDTHS, 4), 2: 8}}
 # groups per thread of each width's -prfm twin: 2 (STREAMS), except on Intel, where w3's and w2's twins read 4.
 # Whether more streams pay is the memory system's call, measured on two CPUs, each against a plain read of the
@@ -142,10 +146,14 @@ DEFAULT_STREAMS = dict.fromkeys(WIDTHS, STREAMS)  # every width's count where a 
 PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**DEFAULT_STREAMS, 3: 4, 2: 4}}
 
 
-def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, threads: int | None = None) -> int:
+def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, threads: int | None = None,
+                  w2_stack: bool = True) -> int:
     """Groups of rows per thread of width ``bits``' plain column tile on ``cpu``, a (vendor_id, cpu family) pair
     of /proc/cpuinfo's (by default this machine's; (None, None) off x86), at ``threads`` threads (by default
-    numba's count in force now, the one a kernel bound now runs on)."""
+    numba's count in force now, the one a kernel bound now runs on); w2's in its stacked layout unless
+    ``w2_stack`` is false."""
+    if bits == 2 and w2_stack and W2_STACK:
+        return STACKED_STREAMS
     alone = _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)
     if (_threads_now() if threads is None else threads) > 1:
         return _for_cpu(PLAIN_STREAMS_SHARED_BY_CPU, cpu, alone)[bits]
@@ -189,6 +197,23 @@ PREFETCH_LOCALITY = 3
 # at 2 threads 69/75/75 vs 69/77/75. 8c4-avxvnni, one reading: 2 threads 90 vs 80 % (-prfm), 76 vs 72 (plain);
 # 1 thread 104 vs 103, 95 vs 87. Never behind by more than the noise; ahead where the dot products showed.
 W3_SPLIT = True
+# w2's plain tile "stacked": the four 2-bit fields of a byte hold four rows' codes of one group of weights (rows r,
+# r + R, r + 2R, r + 3R of a tile of 4R rows), not four groups of one row's. The four dot products of a vector then
+# share its group's activations, and masks keeping the low 2, 4 and 6 bits (and none) give each row set's sum by
+# differences (_stacked_sums): 12 masks per 1024 weights instead of 16, and 3 shifts and subtractions per 4096
+# instead of 6 per 1024. asm_check (znver4): 188 instructions per 16c4-zmm tile of 4096 weights, 0.046 per weight,
+# against 0.057 (0.092 against 0.113 on 8c4). Measured on Zen 4 (EPYC family 25 model 17, 2026-12-07 03:05-03:35
+# UTC): hot_loop.py (ns per 1024 weights from L1, 1 thread, three alternating runs) 6.45 / 6.12 / 6.19 against
+# 7.72 / 7.69 / 7.22, w8 level beside it; cold at 4096x14336 (tile_variants.py, 9-11 rounds each, % of the
+# fastest read, stacked with one group per thread against gemvbw's tile until then, 4 groups at 1 thread and 8 at
+# 2): 16c4-zmm 1 thread 98 vs 99, 97 vs 81, 93 vs 90, 93 vs 92, 92 vs 84 %; 2 threads 102 vs 87, 97 vs 99, 96 vs
+# 95, 97 vs 72; 8c4 1 thread 83 vs 75, 2 threads 96 vs 96. Its groups per thread: one, as many bytes per step as
+# four of the other tiles; with more it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81, 8: 47, against 97-
+# 98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). So its -prfm twin stays
+# one row's codes per lane (the twin Intel and Zen 5 were measured to want); --kernel auto weighs both. Tiles of
+# 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
+W2_STACK = True
+STACKED_STREAMS = 1  # groups of rows per thread of stacked w2 (a group: one tile's 4R rows), on every CPU
 
 
 def tile_tiers() -> list[str]:
@@ -204,10 +229,15 @@ def tile_rows(tier: str) -> int:
     return by_name(tier).tile_rows
 
 
-def layout_key(tier: str, bits: int, w3_split: bool = W3_SPLIT) -> tuple:
+def layout_key(tier: str, bits: int, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK) -> tuple:
     """The key of a repacked copy in a matrix's copies (and a variant spec's ``layout``): variants with one key
     share one copy, so the registry's memory estimate and the copies bound count the same thing."""
-    return ("c4", tile_rows(tier), bool(w3_split) and bits == 3)
+    return ("c4", tile_rows(tier), bool(w3_split) and bits == 3, bool(w2_stack) and bits == 2)
+
+
+def group_rows(tier: str, bits: int, w2_stack: bool = W2_STACK) -> int:
+    """Rows of a tile (and of a group of rows of the skeleton): the tier's lanes, four times that for stacked w2."""
+    return tile_rows(tier) * (4 if w2_stack and bits == 2 else 1)
 
 
 def code_bytes(bits: int, rows: int) -> int:
@@ -221,16 +251,18 @@ def tile_bytes(bits: int, rows: int, meta_bytes: int) -> int:
 
 
 class Field(NamedTuple):
-    """Where a tile keeps one group of a row's codes: in byte t of the row's lane of code vector ``vector``, bits
-    ``pos`` .. ``pos + width - 1`` hold bits ``start`` .. ``start + width - 1`` of weight 4 * group + t's code."""
+    """Where a tile keeps one group of a row's codes: in byte t of lane r of code vector ``vector``, bits ``pos`` ..
+    ``pos + width - 1`` hold bits ``start`` .. ``start + width - 1`` of weight 4 * group + t's code of the tile's
+    row ``rowset`` * R + r (R: the tier's lanes)."""
     vector: int
     pos: int
     width: int
     start: int
     group: int
+    rowset: int = 0
 
 
-def fields(bits: int, w3_split: bool = W3_SPLIT) -> tuple[Field, ...]:
+def fields(bits: int, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK) -> tuple[Field, ...]:
     """The fields of a tile's 2 * bits code vectors, covering every bit of the block's 16 groups of four weights.
 
     w8, w4 and w2: 8 / bits whole codes to a byte, group q in field q % P of vector q // P (P = 8 / bits). w3 split
@@ -238,7 +270,10 @@ def fields(bits: int, w3_split: bool = W3_SPLIT) -> tuple[Field, ...]:
     .., 11), and groups 12-15 in the two bits left in each byte: their low two bits at bits 6-7 of vectors 0-3,
     their high bits at bit 6 and 7 of vectors 4 and 5. 20 fields, each one masked operand of a dot product. w3 as
     two bit planes (w3_split False): its low two bits as w2 stores its codes (vectors 0-3), then its high bits
-    eight 1-bit fields to a byte (vectors 4-5): 32 fields."""
+    eight 1-bit fields to a byte (vectors 4-5): 32 fields. w2 stacked (w2_stack, the default): vector q holds group
+    q of four row sets, row set p in field p (16 vectors of a tile of 4R rows)."""
+    if bits == 2 and w2_stack:
+        return tuple(Field(q, 2 * p, 2, 0, q, p) for q in range(16) for p in range(4))
     if bits != 3:
         P = 8 // bits
         return tuple(Field(q // P, bits * (q % P), bits, 0, q) for q in range(16))
@@ -259,9 +294,10 @@ class TileTag:
     layouts it reads (its numba type carries them all: a benchmark can compare them in one process)."""
 
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int | None = None,
-                 locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT):
+                 locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK):
         if bits in WIDTHS and nstreams is None:
-            nstreams = plain_streams(bits)  # the plain tile's count on this CPU at the threads in force: gemvbw's own
+            # the plain tile's count on this CPU at the threads in force: gemvbw's own
+            nstreams = plain_streams(bits, w2_stack=w2_stack)
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
                 or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
@@ -270,21 +306,25 @@ class TileTag:
         self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
         self.locality = locality
         self.w3_split = bool(w3_split) and bits == 3  # the other widths have one layout
+        self.w2_stack = bool(w2_stack) and bits == 2
 
 
 class TileTagType(types.Type):
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int, locality: int,
-                 w3_split: bool):
+                 w3_split: bool, w2_stack: bool):
         self.tier, self.bits, self.meta_bytes, self.ahead, self.nstreams = tier, bits, meta_bytes, ahead, nstreams
-        self.locality, self.w3_split = locality, w3_split
-        self.rows = tile_rows(tier)
+        self.locality, self.w3_split, self.w2_stack = locality, w3_split, w2_stack
+        self.lanes = tile_rows(tier)
+        self.rows = group_rows(tier, bits, w2_stack)
+        layout = 'split,' if w3_split else 'planes,' if bits == 3 else 'stacked,' if w2_stack else ''
         super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},locality {locality},"
-                              f"streams {nstreams},{'split,' if w3_split else 'planes,' if bits == 3 else ''}{FINGERPRINT})")
+                              f"streams {nstreams},{layout}{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
-    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality, val.w3_split)
+    return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality, val.w3_split,
+                       val.w2_stack)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -312,10 +352,10 @@ def _stored_code(row, b, k, bits):
 
 
 @njit(parallel=True, cache=True)
-def repack(codes, scale, offset, bits, layout, rows, nfull, mb, pc):
+def repack(codes, scale, offset, bits, layout, rows, lanes, nfull, mb, pc):
     """Fill pc with the tiles of the first nfull blocks, tile (group g, block b) at g * nfull + b: its code vectors
-    (vector s, lane r, byte t at (s * rows + r) * 4 + t, holding the fields of :func:`fields`, given as the rows
-    of ``layout``: vector, pos, width, start, group), then its rows' scales and offsets [rows x scale |
+    (vector s, lane r, byte t at (s * lanes + r) * 4 + t, holding the fields of :func:`fields`, given as the rows
+    of ``layout``: vector, pos, width, start, group, rowset), then its rows' scales and offsets [rows x scale |
     rows x offset] as stored, mb bytes each (scale and offset given as their bytes, mb per block)."""
     groups = codes.shape[0] // rows
     ncode = rows * 64 * bits // 8
@@ -327,11 +367,11 @@ def repack(codes, scale, offset, bits, layout, rows, nfull, mb, pc):
             pc[base:base + ncode] = 0
             for i in range(layout.shape[0]):
                 s, pos, width, start, q = layout[i, 0], layout[i, 1], layout[i, 2], layout[i, 3], layout[i, 4]
-                for r in range(rows):
-                    row = codes[g * rows + r]
+                for r in range(lanes):
+                    row = codes[g * rows + layout[i, 5] * lanes + r]
                     for j in range(4):
                         field = (_stored_code(row, b, 4 * q + j, bits) >> start) & ((1 << width) - 1)
-                        pc[base + (s * rows + r) * 4 + j] |= field << pos
+                        pc[base + (s * lanes + r) * 4 + j] |= field << pos
             base += ncode
             for r in range(rows):
                 for q in range(mb):
@@ -339,20 +379,21 @@ def repack(codes, scale, offset, bits, layout, rows, nfull, mb, pc):
                     pc[base + (rows + r) * mb + q] = offset[g * rows + r, b * mb + q]
 
 
-def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, rows: int,
-         w3_split: bool = W3_SPLIT):
+def pack(codes: np.ndarray, scale: np.ndarray, offset: np.ndarray, bits: int, K: int, lanes: int,
+         w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK):
     """The tiles (their bytes, full blocks) of a matrix: done once, when a kernel is bound. Each tile's codes
     and then its metadata, so a group of rows is one sequential stream: measured on Zen 4, 4096x14336, cold,
     interleaved against the metadata in a second array (three runs of 9-15 rounds, % of a plain read of the
     same bytes): 1 thread w4 89-95 -> 92-105, w3 71-73 -> 83-88, w2 83-89 -> 86-91, w8 99-101 -> 98-109;
     2 threads w4 84-85 -> 87-97, w3 78-89 -> 84-95, w2 75-83 -> 86-88, w8 91-101 -> 95-99."""
     nfull = K // SUPPORTED_BLOCK
+    rows = lanes * (4 if w2_stack and bits == 2 else 1)
     groups = codes.shape[0] // rows
     mb = scale.itemsize
     # numpy's allocation, for its transparent huge pages, on a cache line (see aligned_empty)
     pc = aligned_empty(groups * nfull * tile_bytes(bits, rows, mb))
-    layout = np.array(fields(bits, w3_split), np.int64)
-    repack(codes, scale.view(np.uint8), offset.view(np.uint8), bits, layout, rows, nfull, mb, pc)
+    layout = np.array(fields(bits, w3_split, w2_stack), np.int64)
+    repack(codes, scale.view(np.uint8), offset.view(np.uint8), bits, layout, rows, lanes, nfull, mb, pc)
     return pc, nfull
 
 
@@ -365,6 +406,57 @@ def _broadcast4(context, builder, arrty, arr, offset, nbytes: int):
     return builder.bitcast(broadcast(builder, word, vec(I32, nbytes // 4)), vec(I8, nbytes))
 
 
+def _field_sums(context, builder, prim, ttag, pcty, pcv, cofs, xqty, xqv, aofs):
+    """[isum]: the int32 dot products of a tile of :func:`fields`' layout (one row set, R lanes)."""
+    width = 4 * ttag.lanes
+    # a field's bits were multiplied in place, as 2**pos times themselves, and they stand for 2**start times as
+    # much in the code: fields of one shift (pos - start) share a chain, shifted back once (right, exactly, as
+    # every term is a multiple of 2**pos; or left); a long class is split so that no chain is longer than the
+    # tile's dot products spread over ACCUMULATORS chains, each waiting on the latency of the one before
+    layout = fields(ttag.bits, ttag.w3_split, False)
+    longest = -(-len(layout) // ACCUMULATORS)
+    classes: dict[int, list[Field]] = {}
+    for f in layout:
+        classes.setdefault(f.pos - f.start, []).append(f)
+    vectors = [load(context, builder, pcty, pcv, off(builder, cofs, v * width), vec(I8, width))
+               for v in range(2 * ttag.bits)]
+    isum = None
+    for shift, members in classes.items():
+        nchains = -(-len(members) // longest)
+        for c in range(nchains):
+            terms = []
+            for f in members[c::nchains]:
+                v = vectors[f.vector]
+                field = v if f.width == 8 else builder.and_(v, splat(v.type, ((1 << f.width) - 1) << f.pos))
+                terms.append((field, _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * f.group),
+                                                 width)))
+            part = prim.dot(builder, terms, None)
+            if shift > 0:
+                part = builder.ashr(part, splat(part.type, shift))
+            elif shift < 0:
+                part = builder.shl(part, splat(part.type, -shift))
+            isum = part if isum is None else builder.add(isum, part)
+    return [isum]
+
+
+def _stacked_sums(context, builder, prim, ttag, pcty, pcv, cofs, xqty, xqv, aofs):
+    """[isum of row set p for p in 0..3]: the int32 dot products of a stacked w2 tile (see :func:`fields`). Chain p
+    sums each vector's low 2p + 2 bits (all 8 for p = 3) against its group's activations: row sets 0..p at once,
+    set j's codes counted 4**j times; so set p's sum is chain p less chain p - 1, shifted right by 2p, exactly."""
+    width = 4 * ttag.lanes
+    per = max(1, ACCUMULATORS // 4)  # chains per row set
+    terms: list[list] = [[] for _ in range(4 * per)]
+    for q in range(16):
+        v = load(context, builder, pcty, pcv, off(builder, cofs, q * width), vec(I8, width))
+        x = _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * q), width)
+        for p in range(4):
+            field = v if p == 3 else builder.and_(v, splat(v.type, (1 << (2 * p + 2)) - 1))
+            terms[p * per + q % per].append((field, x))
+    chains = [prim.dot(builder, t, None) for t in terms]
+    low = [functools.reduce(builder.add, chains[p * per:(p + 1) * per]) for p in range(4)]
+    return [low[0]] + [builder.ashr(builder.sub(low[p], low[p - 1]), splat(low[p].type, 2 * p)) for p in (1, 2, 3)]
+
+
 @intrinsic
 def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
     """acc[0:R] += isum * scale * d[b] + offset * xs[b] for tile t (its rows, block b)."""
@@ -375,8 +467,7 @@ def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
     def codegen(context, builder, sig, args):
         ttag, pcty, tty, xqty, bty, dty, xsty, accty = sig.args
         _, pcv, tv, xqv, bv, dv, xsv, accv = args
-        prim, bits, rows = PRIMITIVES[ttag.tier], ttag.bits, ttag.rows
-        width = 4 * rows
+        prim, bits, rows, R = PRIMITIVES[ttag.tier], ttag.bits, ttag.rows, ttag.lanes
         tv = context.cast(builder, tv, tty, types.intp)
         bv = context.cast(builder, bv, bty, types.intp)
         mb = ttag.meta_bytes
@@ -385,44 +476,21 @@ def _tile(typingctx, tag, pc, t, xq, b, d, xs, acc):
         aofs = builder.mul(bv, ir.Constant(bv.type, SUPPORTED_BLOCK))
         if ttag.ahead:
             prefetch(context, builder, pcty, pcv, off(builder, cofs, ttag.ahead), stride, ttag.locality)
+        sums = (_stacked_sums if ttag.w2_stack else _field_sums)(context, builder, prim, ttag, pcty, pcv, cofs, xqty,
+                                                                   xqv, aofs)
 
-        # a field's bits were multiplied in place, as 2**pos times themselves, and they stand for 2**start times as
-        # much in the code: fields of one shift (pos - start) share a chain, shifted back once (right, exactly, as
-        # every term is a multiple of 2**pos; or left); a long class is split so that no chain is longer than the
-        # tile's dot products spread over ACCUMULATORS chains, each waiting on the latency of the one before
-        layout = fields(bits, ttag.w3_split)
-        longest = -(-len(layout) // ACCUMULATORS)
-        classes: dict[int, list[Field]] = {}
-        for f in layout:
-            classes.setdefault(f.pos - f.start, []).append(f)
-        vectors = [load(context, builder, pcty, pcv, off(builder, cofs, v * width), vec(I8, width))
-                   for v in range(2 * bits)]
-        isum = None
-        for shift, members in classes.items():
-            nchains = -(-len(members) // longest)
-            for c in range(nchains):
-                terms = []
-                for f in members[c::nchains]:
-                    v = vectors[f.vector]
-                    field = v if f.width == 8 else builder.and_(v, splat(v.type, ((1 << f.width) - 1) << f.pos))
-                    terms.append((field, _broadcast4(context, builder, xqty, xqv, off(builder, aofs, 4 * f.group),
-                                                     width)))
-                part = prim.dot(builder, terms, None)
-                if shift > 0:
-                    part = builder.ashr(part, splat(part.type, shift))
-                elif shift < 0:
-                    part = builder.shl(part, splat(part.type, -shift))
-                isum = part if isum is None else builder.add(isum, part)
-
+        # each row set's R sums times its R scales (d[b] for the activations), plus its offsets times xs[b]
         mofs = off(builder, cofs, code_bytes(bits, rows))  # right after the tile's codes (a byte offset)
-        s = meta(context, builder, pcty, pcv, mofs, rows, mb == 2)
-        o = meta(context, builder, pcty, pcv, off(builder, mofs, rows * mb), rows, mb == 2)
-        lanes = vec(F32, rows)
+        lanes = vec(F32, R)
         dd = broadcast(builder, builder.load(ptr(context, builder, dty, dv, bv, F32), align=4), lanes)
         xsum = broadcast(builder, builder.load(ptr(context, builder, xsty, xsv, bv, F32), align=4), lanes)
-        total = builder.fadd(builder.fmul(builder.sitofp(isum, lanes), builder.fmul(s, dd)), builder.fmul(o, xsum))
-        accp = ptr(context, builder, accty, accv, const(0, tv.type), lanes)
-        builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
+        for p, isum in enumerate(sums):
+            s = meta(context, builder, pcty, pcv, off(builder, mofs, p * R * mb), R, mb == 2)
+            o = meta(context, builder, pcty, pcv, off(builder, mofs, (rows + p * R) * mb), R, mb == 2)
+            total = builder.fadd(builder.fmul(builder.sitofp(isum, lanes), builder.fmul(s, dd)),
+                                 builder.fmul(o, xsum))
+            accp = ptr(context, builder, accty, accv, const(p * R, tv.type), lanes)
+            builder.store(builder.fadd(builder.load(accp, align=4), total), accp, align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -505,13 +573,14 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
 
     if qm.block != SUPPORTED_BLOCK:
         raise ValueError(f"int8-activation kernels handle block {SUPPORTED_BLOCK} only")
-    rows = tile_rows(tier)
     copies = _PACKED.setdefault(qm, {})
     tag = TileTag(tier, qm.bits, qm.meta_bytes, ahead, **options)
-    layout = layout_key(tier, qm.bits, tag.w3_split)
+    layout = layout_key(tier, qm.bits, tag.w3_split, tag.w2_stack)
     if layout not in copies:
-        copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, rows, tag.w3_split)
+        copies[layout] = pack(qm.codes, qm.scale_raw, qm.offset_raw, qm.bits, qm.K, tile_rows(tier), tag.w3_split,
+                              tag.w2_stack)
     pc, _ = copies[layout]
+    rows = group_rows(tier, qm.bits, tag.w2_stack)
     work = streams.new_work(qm.K, qm.scale_raw.shape[1], rows, chunks, _SCRATCH_BYTES, tag.nstreams)
     return tag, pc, pc, work, qm.codes, qm.scale_raw, qm.offset_raw, x, qm.block, y, chunks
 
