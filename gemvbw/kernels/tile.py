@@ -265,7 +265,8 @@ class Field(NamedTuple):
 
 
 def fields(bits: int, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK) -> tuple[Field, ...]:
-    """The fields of a tile's 2 * bits code vectors, covering every bit of the block's 16 groups of four weights.
+    """The fields of a tile's code vectors (2 * bits of them; 16 for stacked w2), covering every bit of the block's
+    16 groups of four weights (of each of its row sets).
 
     w8, w4 and w2: 8 / bits whole codes to a byte, group q in field q % P of vector q // P (P = 8 / bits). w3 split
     (the default): two whole codes to a byte (bits 0-2: groups 0, 2, .., 10 of vectors 0-5; bits 3-5: groups 1, 3,
