@@ -64,13 +64,10 @@ def broken_w4_kernel():
     kernels.unregister(4, "f32", "broken")
 
 
-@pytest.fixture
-def wrong_i8_w4():
-    """(good, bad): the first w4 int8 variant this CPU runs, and a spec 'wrong' that runs it and then adds 1 to
-    y[0], sharing its activations: close to right, but off the reference. Not registered."""
+def off_at_y0(good, variant: str):
+    """A spec named ``variant`` that runs ``good`` and then adds 1 to y[0], sharing its activations: close to
+    right, but off the reference. Not registered."""
     from gemvbw import kernels
-
-    good = kernels.variants(4, "i8")[0]
 
     def bind(qm):
         run = good.bind(qm)
@@ -80,7 +77,22 @@ def wrong_i8_w4():
             y[0] += 1.0
         return off_by_some
 
-    return good, kernels.KernelSpec(4, "i8", "wrong", "y[0] off", bind, activations=good.activations)
+    return kernels.KernelSpec(good.bits, good.act, variant, "y[0] off", bind, activations=good.activations)
+
+
+@pytest.fixture
+def wrong_i8_w4():
+    """(good, bad): the first w4 int8 variant this CPU runs, and off_at_y0 of it named 'wrong'."""
+    from gemvbw import kernels
+
+    good = kernels.variants(4, "i8")[0]
+    return good, off_at_y0(good, "wrong")
+
+
+@pytest.fixture
+def spec_off_at_y0():
+    """off_at_y0, for a test to build its own wrong spec from a good one."""
+    return off_at_y0
 
 
 # The emulated aarch64 stage (.ci/arm64) runs three QEMU CPU models side by side on two cores, where compiling

@@ -101,19 +101,8 @@ def test_gemv_rejects_wrong_x_shape():
         kernels.gemv(qm, np.zeros(63, np.float32))
 
 
-def test_verification_catches_a_wrong_kernel():
-    good = kernels.get(4)
-
-    def bind(qm):
-        run = good.bind(qm)
-
-        def wrong(x, y):
-            run(x, y)
-            y[0] += 1.0
-
-        return wrong
-
-    broken = kernels.KernelSpec(4, "f32", "broken", "adds 1 to y[0]", bind)
+def test_verification_catches_a_wrong_kernel(spec_off_at_y0):
+    broken = spec_off_at_y0(kernels.get(4), "broken")  # the default w4 f32 kernel, then 1 added to y[0]
     qm = random_quantized(8, 128, bits=4)
     result = verify(broken, qm, random_activations(128))
     assert not result.ok and result.max_rel_err > 1e-2

@@ -201,8 +201,8 @@ W3_SPLIT = True
 # r + R, r + 2R, r + 3R of a tile of 4R rows), not four groups of one row's. The four dot products of a vector then
 # share its group's activations, and masks keeping the low 2, 4 and 6 bits (and none) give each row set's sum by
 # differences (_stacked_sums): 12 masks per 1024 weights instead of 16, and 3 shifts and subtractions per 4096
-# instead of 6 per 1024. asm_check (znver4): 188 instructions per 16c4-zmm tile of 4096 weights, 0.046 per weight,
-# against 0.057 (0.092 against 0.113 on 8c4). Measured on Zen 4 (EPYC family 25 model 17, 2026-12-07 03:05-03:35
+# instead of 6 per 1024. asm_check (znver4): 193 instructions per 16c4-zmm tile of 4096 weights, 0.047 per weight,
+# against 0.057 (0.094 against 0.113 on 8c4). Measured on Zen 4 (EPYC family 25 model 17, 2026-12-07 03:05-03:35
 # UTC): hot_loop.py (ns per 1024 weights from L1, 1 thread, three alternating runs) 6.45 / 6.12 / 6.19 against
 # 7.72 / 7.69 / 7.22, w8 level beside it; cold at 4096x14336 (tile_variants.py, 9-11 rounds each, % of the
 # fastest read, stacked with one group per thread against gemvbw's tile until then, 4 groups at 1 thread and 8 at
