@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gemvbw import __version__, metrics
 from gemvbw.harness import FIXED_COST_CALLS, CallOverhead, FixedCost, Measurement
-from gemvbw.roofline import Roofline, gbps_by_streams_json
+from gemvbw.roofline import Bandwidth, Roofline, gbps_by_streams_json
 from gemvbw.settings import FLUSH_LLC_FACTOR, default_flush_mib
 
 SCHEMA = "gemvbw.sweep/1"
@@ -23,6 +23,10 @@ OVERHEAD_FACTOR = 20
 FIXED_COST_SHARE = 0.10
 # A figure this far above the read roofline is not a DRAM figure.
 ABOVE_READ_FACTOR = 1.10
+# The read roofline measured again after the rows: a move of more than this share says the memory bandwidth
+# changed during the run (best-of-5 reads back to back agree within a few percent on a steady machine; on a shared
+# 2-core Zen 4 VM they moved between 34 and 80 GB/s at 2 threads from one reading to the next, 2026-12-07).
+ROOFLINE_MOVED = 0.10
 # Noise thresholds (pyperf-style checks): coefficient of variation over all calls,
 # and relative spread of the group means.
 NOISY_CV = 0.10
@@ -243,6 +247,25 @@ def result_notes(
     return tuple(notes)
 
 
+def roofline_moved_notes(before: Bandwidth, after: Bandwidth) -> list[Note]:
+    """A warning when the read roofline measured after the rows differs from the one before them by more than
+    :data:`ROOFLINE_MOVED`: every row's %read (and %peak) holds against a bandwidth the machine had at the
+    start, so a move says by about how much those shares may be off."""
+    change = after.gbps / before.gbps - 1
+    if abs(change) <= ROOFLINE_MOVED:
+        return []
+    return [Note(
+        "read-roofline-moved",
+        f"the read roofline was {before.gbps:.1f} GB/s before the rows and {after.gbps:.1f} GB/s after them "
+        f"({change:+.0%}; threshold {ROOFLINE_MOVED:.0%}): the memory bandwidth changed during the run, so %read "
+        "and %peak (taken against the first) may be off by as much, and rows timed minutes apart may have met "
+        "different bandwidths",
+        "rerun on a quieter machine (a shared VM or a phone's power and thermal states move the bandwidth); "
+        "compare kernels by ratios taken in one run, such as the eff GB/s of two rows side by side, rather "
+        "than by %read",
+    )]
+
+
 def run_notes(flush_mib: int, llc_bytes: int | None, threads: int, affinity_size: int,
               llc_source: str = "/sys", block: int = 64, K: int = 0, mixed_clusters: bool = False,
               act: str = "f32", i8_available: bool = False, emulated: str | None = None,
@@ -329,6 +352,7 @@ class SweepRecord:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     roofline: Roofline | None = None
+    read_after: Bandwidth | None = None  # the read roofline measured again once the rows are done
     overhead: CallOverhead | None = None
     results: list[KernelResult] = field(default_factory=list)
     failures: list[KernelFailure] = field(default_factory=list)
@@ -358,6 +382,10 @@ class SweepRecord:
                 "read_trials_s": list(rf.read.trials_s),
                 "read_streams": rf.read.streams,
                 "read_gbps_by_streams": gbps_by_streams_json(rf.read),
+                # the same read once every row was timed (absent from an interrupted run): how far it moved
+                "read_after_gbps": None if self.read_after is None else self.read_after.gbps,
+                "read_after_trials_s": None if self.read_after is None else list(self.read_after.trials_s),
+                "read_after_streams": None if self.read_after is None else self.read_after.streams,
             },
             "call_overhead_us": None if self.overhead is None else self.overhead.median_us,
             "call_overhead_cold_us": None if self.overhead is None else self.overhead.cold_median_us,

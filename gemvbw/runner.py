@@ -1,4 +1,4 @@
-"""A sweep, start to end: system facts, rooflines, then per width: pack, verify, time.
+"""A sweep, start to end: system facts, rooflines, then per width: pack, verify, time; then the read roofline again.
 
 The record is filled in as measurements arrive and handed to the reporter and
 exporters at once, so an interrupted run still has everything it measured.
@@ -17,9 +17,10 @@ from gemvbw.compare import compare
 from gemvbw.harness import (FIXED_COST_CALLS, CacheFlusher, FixedCost, Group, fixed_cost_shape,
                             measure_call_overhead, measure_fixed_cost, time_groups)
 from gemvbw.quant import random_activations, random_quantized
-from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
+from gemvbw.results import (KernelFailure, KernelResult, Note, SweepRecord, result_notes, roofline_moved_notes,
+                            run_notes)
 from gemvbw.sampling import Sampler, frequency_findings
-from gemvbw.roofline import measure_roofline
+from gemvbw.roofline import measure_roofline, read_bandwidth, read_buffer_bytes
 from gemvbw.settings import Settings, SettingsError, check_act, llc_in_force
 from gemvbw.verify import activation_error, reference_gemv, verify
 
@@ -155,11 +156,23 @@ class Sweep:
                             self._fall_back(spec, act, qm, x, y, reference, flusher, llc, act_err)
                     del reference
                 del qm, exact
+        del flusher  # its buffer is never alive with the roofline's (check_memory counts them apart)
+        self._read_again(llc)
         rec.partial = False
         self._compare()
         self.reporter.finish(rec)
         self._export()
         return rec
+
+    def _read_again(self, llc) -> None:
+        """The read roofline once more, the rows done: a bandwidth that moved during the run gets a note
+        (:func:`gemvbw.results.roofline_moved_notes`), since every %read was taken against the first."""
+        rec = self.record
+        if not (rec.results or rec.failures):
+            return
+        numba.set_num_threads(self.settings.threads)  # as for the first (a kernel's session may have changed it)
+        rec.read_after = read_bandwidth(self.settings.threads, read_buffer_bytes(llc))
+        rec.notes.extend(roofline_moved_notes(rec.roofline.read, rec.read_after))
 
     def _fall_back(self, failed, act, qm, x, y, reference, flusher, llc, act_err) -> None:
         """--kernel auto's choice failed verification on this shape (a cached choice is not verified again

@@ -364,8 +364,9 @@ def test_the_choice_is_made_under_the_runs_flush_and_kept_apart_from_a_warm_one(
     assert sorted((e["variant"], e["flush_mib"]) for e in doc.values()) == [("ref", 8), ("rows4", 0)]
     again = calibrate.choose(8, "f32", 1, flusher=cold_flush)
     assert (again.source, again.spec.variant, again.flush_mib, len(given)) == ("cached", "ref", 8, 2)
-    record = SimpleNamespace(notes=[], results=[], kernel_choice={"w8": cold.to_dict(), "w4": warm.to_dict(),
-                                                                  "w2": {**warm.to_dict(), "flush_mib": None}})
+    record = SimpleNamespace(notes=[], results=[], roofline=None, read_after=None,
+                             kernel_choice={"w8": cold.to_dict(), "w4": warm.to_dict(),
+                                            "w2": {**warm.to_dict(), "flush_mib": None}})
     record.kernel_choice["w2"].pop("flush_mib")  # a record written before calibration followed the flush
     assert note_lines(record) == [
         "--kernel auto chose ref for w8 (calibrated now; cold calibration on this shape (8 MiB flush before each "

@@ -48,6 +48,16 @@ def test_json_schema_fields(json_run):
         assert len(r["groups"]) == 2 and all(g["iters"] == 3 for g in r["groups"])
 
 
+def test_json_read_roofline_measured_again_after_the_rows(json_run):
+    # the second reading follows from its trial times as the first does, and the warning is there exactly when
+    # the two differ by more than a tenth (either way, on this machine: both are the run's own figures)
+    rf = json_run["roofline"]
+    assert rf["read_after_gbps"] == pytest.approx(rf["read_buffer_bytes"] / min(rf["read_after_trials_s"]) / 1e9)
+    assert rf["read_after_streams"] in (1, 4, 8) and len(rf["read_after_trials_s"]) == 5
+    moved = abs(rf["read_after_gbps"] / rf["read_gbps"] - 1) > 0.10
+    assert ("read-roofline-moved" in [w["code"] for w in json_run["warnings"]]) == moved
+
+
 def test_json_figures_follow_from_raw_latencies(json_run):
     doc = json_run
     memcpy, read = doc["roofline"]["memcpy_gbps"], doc["roofline"]["read_gbps"]

@@ -81,3 +81,42 @@ def test_the_read_buffer_starts_on_a_cache_line_and_sums_to_its_length(nbytes):
     a = roofline.read_buffer(nbytes)
     assert a.ctypes.data % 64 == 0 and a.dtype == np.float32 and a.size == nbytes // 4
     assert _parallel_sum(a, 2) == a.size  # every float is 1
+
+
+def _read(gbps: float) -> roofline.Bandwidth:
+    return roofline.Bandwidth("read", 2, 256 << 20, (256 << 20) / gbps / 1e9, (1.0,), gbps, 8, ((8, gbps),))
+
+
+@pytest.mark.parametrize("after,moved", [(44.4, True), (35.6, True), (43.6, False), (36.4, False), (40.0, False)])
+def test_a_read_roofline_that_moved_more_than_a_tenth_during_the_rows_is_said(after, moved):
+    from gemvbw.results import ROOFLINE_MOVED, roofline_moved_notes
+
+    assert ROOFLINE_MOVED == 0.10
+    notes = roofline_moved_notes(_read(40.0), _read(after))
+    assert [n.code for n in notes] == (["read-roofline-moved"] if moved else [])
+    if moved:
+        change = f"{after / 40.0 - 1:+.0%}"
+        assert f"was 40.0 GB/s before the rows and {after:.1f} GB/s after them ({change}; threshold 10%)" \
+            in notes[0].message
+        assert "ratios taken in one run" in notes[0].advice
+
+
+@pytest.mark.parametrize("after", [None, 39.2, 50.0])
+def test_the_notes_say_how_the_read_roofline_held(after):
+    # steady: one line with both figures; moved: the warning (from the runner's notes) and not that line; not
+    # measured again (an interrupted run): neither
+    from gemvbw.report.text import note_lines
+    from gemvbw.results import SweepRecord, roofline_moved_notes
+
+    first = roofline.Roofline(roofline.Bandwidth("memcpy", 2, 512 << 20, 0.04, (0.04,), 27.0), _read(40.0))
+    rec = SweepRecord({}, {}, roofline=first, read_after=None if after is None else _read(after))
+    if after is not None:
+        rec.notes = roofline_moved_notes(first.read, rec.read_after)
+    text = "\n".join(note_lines(rec))
+    held = "the read roofline measured again after the rows: 39.2 GB/s, -2% from the 40.0 GB/s before them " \
+           "(within 10%): the bandwidth held"
+    assert (held in text) == (after == 39.2)
+    assert ("read-roofline" in "".join(n.code for n in rec.notes)) == (after == 50.0)
+    assert ("40.0 GB/s before the rows and 50.0 GB/s after them (+25%" in text) == (after == 50.0)
+    doc = rec.to_dict()["roofline"]
+    assert doc["read_after_gbps"] == after and doc["read_after_streams"] == (None if after is None else 8)

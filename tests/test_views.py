@@ -24,7 +24,8 @@ from gemvbw.report.csv_out import csv_text
 from gemvbw.report.json_out import json_text
 from gemvbw.report.mnn import mnn_text
 from gemvbw.report.rich_view import RichReporter, read_bar
-from gemvbw.results import KernelFailure, KernelResult, Note, SweepRecord, result_notes, run_notes
+from gemvbw.results import (KernelFailure, KernelResult, Note, SweepRecord, result_notes, roofline_moved_notes,
+                            run_notes)
 from gemvbw.roofline import Bandwidth, Roofline
 
 GOLDEN = Path(__file__).parent / "fixtures" / "views"
@@ -72,7 +73,8 @@ def single_record() -> SweepRecord:
     """One shape, three widths (one of them noisy, one with a warm figure), a failure, every run note."""
     rec = SweepRecord(SYSTEM, settings(), command=["gemvbw", "sweep", "--compare-warm"],
                       created="2026-12-01T12:00:00+00:00", roofline=ROOFLINE, overhead=OVERHEAD, partial=False)
-    rec.notes = run_notes(64, 32 << 20, 2, 2)
+    rec.read_after = Bandwidth("read", 2, 256 << 20, 0.00537, (0.00537, 0.0056), 50.0, 4, ((1, 41.0), (4, 50.0)))
+    rec.notes = run_notes(64, 32 << 20, 2, 2) + roofline_moved_notes(ROOFLINE.read, rec.read_after)
     rec.act_choice = {w: [{"act": "i8", "why": "int8 activations: avx512vnni kernels exist for this CPU and block"}]
                       for w in ("w8", "w4", "w2")}
     rec.kernel_choice = {"w8": {"variant": "packed-4x2-avx512vnni", "source": "calibrated now",
