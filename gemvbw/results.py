@@ -247,19 +247,27 @@ def result_notes(
     return tuple(notes)
 
 
-def roofline_moved_notes(before: Bandwidth, after: Bandwidth) -> list[Note]:
+def roofline_moved_notes(before: Bandwidth, after: Bandwidth, results: list[KernelResult] = ()) -> list[Note]:
     """A warning when the read roofline measured after the rows differs from the one before them by more than
     :data:`ROOFLINE_MOVED`: every row's %read (and %peak) holds against a bandwidth the machine had at the
-    start, so a move says by about how much those shares may be off."""
+    start, so a move says by about how much those shares may be off. Rows of ``results`` above the first reading
+    (their above-read-roofline note blamed a cache) but not above the second are named: the faster bandwidth may
+    explain them."""
     change = after.gbps / before.gbps - 1
     if abs(change) <= ROOFLINE_MOVED:
         return []
+    explained = [r for r in results
+                 if ABOVE_READ_FACTOR * before.gbps < r.eff_gbps <= ABOVE_READ_FACTOR * after.gbps]
+    rows = "" if not explained else (
+        "; the rows above the first reading but not above the second (" +
+        ", ".join(f"w{r.bits} {r.M}x{r.K} {r.eff_gbps:.1f} GB/s" for r in explained) +
+        ") may have met the faster bandwidth rather than a cache")
     return [Note(
         "read-roofline-moved",
         f"the read roofline was {before.gbps:.1f} GB/s before the rows and {after.gbps:.1f} GB/s after them "
         f"({change:+.0%}; threshold {ROOFLINE_MOVED:.0%}): the memory bandwidth changed during the run, so %read "
         "and %peak (taken against the first) may be off by as much, and rows timed minutes apart may have met "
-        "different bandwidths",
+        f"different bandwidths{rows}",
         "rerun on a quieter machine (a shared VM or a phone's power and thermal states move the bandwidth); "
         "compare kernels by ratios taken in one run, such as the eff GB/s of two rows side by side, rather "
         "than by %read",

@@ -172,7 +172,7 @@ class Sweep:
             return
         numba.set_num_threads(self.settings.threads)  # as for the first (a kernel's session may have changed it)
         rec.read_after = read_bandwidth(self.settings.threads, read_buffer_bytes(llc))
-        rec.notes.extend(roofline_moved_notes(rec.roofline.read, rec.read_after))
+        rec.notes.extend(roofline_moved_notes(rec.roofline.read, rec.read_after, rec.results))
 
     def _fall_back(self, failed, act, qm, x, y, reference, flusher, llc, act_err) -> None:
         """--kernel auto's choice failed verification on this shape (a cached choice is not verified again

@@ -120,3 +120,19 @@ def test_the_notes_say_how_the_read_roofline_held(after):
     assert ("40.0 GB/s before the rows and 50.0 GB/s after them (+25%" in text) == (after == 50.0)
     doc = rec.to_dict()["roofline"]
     assert doc["read_after_gbps"] == after and doc["read_after_streams"] == (None if after is None else 8)
+
+
+@pytest.mark.parametrize("after", [60.0, 30.0])
+def test_rows_above_the_first_reading_but_not_the_second_are_named(after):
+    # the above-read-roofline note of such a row blamed a cache; once the bandwidth is known to have risen,
+    # the warning names them (a row above both readings, or below the first, is not); a fall explains none
+    from types import SimpleNamespace
+
+    from gemvbw.results import roofline_moved_notes
+
+    rows = [SimpleNamespace(bits=b, M=4096, K=14336, eff_gbps=g) for b, g in ((8, 30.0), (4, 50.0), (2, 70.0))]
+    message = roofline_moved_notes(_read(40.0), _read(after), rows)[0].message
+    named = "; the rows above the first reading but not above the second (w4 4096x14336 50.0 GB/s) may have met " \
+            "the faster bandwidth rather than a cache"
+    assert message.endswith(named) == (after == 60.0)
+    assert "30.0 GB/s)" not in message and "70.0" not in message
