@@ -390,7 +390,7 @@ class SweepRecord:
                 "read_trials_s": list(rf.read.trials_s),
                 "read_streams": rf.read.streams,
                 "read_gbps_by_streams": gbps_by_streams_json(rf.read),
-                # the same read once every row was timed (absent from an interrupted run): how far it moved
+                # the same read once every row was timed (null for an interrupted run or one without rows)
                 "read_after_gbps": None if self.read_after is None else self.read_after.gbps,
                 "read_after_trials_s": None if self.read_after is None else list(self.read_after.trials_s),
                 "read_after_streams": None if self.read_after is None else self.read_after.streams,

@@ -168,7 +168,7 @@ class Sweep:
         """The read roofline once more, the rows done: a bandwidth that moved during the run gets a note
         (:func:`gemvbw.results.roofline_moved_notes`), since every %read was taken against the first."""
         rec = self.record
-        if not (rec.results or rec.failures):
+        if not rec.results:  # no %read to qualify
             return
         numba.set_num_threads(self.settings.threads)  # as for the first (a kernel's session may have changed it)
         rec.read_after = read_bandwidth(self.settings.threads, read_buffer_bytes(llc))

@@ -60,6 +60,7 @@ def test_signal_during_third_width_keeps_finished_widths(tmp_path, sig, code, na
     doc = json.loads(out.read_text())
     assert doc["partial"] is True and name in doc["interrupted"]
     assert [r["bits"] for r in doc["results"]] == [8, 4]
+    assert doc["roofline"]["read_after_gbps"] is None  # an interrupted run ends without reading again
     assert not list(tmp_path.glob(".gemvbw-*"))  # no temporary file left behind
 
 
