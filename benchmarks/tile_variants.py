@@ -10,8 +10,8 @@ prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm
 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only, ``streams`` (groups of rows a thread
 reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel), ``split`` (w3 only: 1 its codes
 two whole and one split to a byte, gemvbw's layout; 0 two bit planes) and ``stack`` (w2 only: 1 four rows to a
-byte, its plain tile's layout, reading 1 group per thread unless ``streams`` says otherwise; 0 one row's four
-groups to a byte, its -prfm twin's); variants are separated by semicolons,
+byte, its plain tile's layout, reading tile.STACKED_STREAMS groups per thread, 1 on 16c4 and 4 on 8c4, unless
+``streams`` says otherwise; 0 one row's four groups to a byte, its -prfm twin's); variants are separated by semicolons,
 and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` and
 :class:`gemvbw.kernels.packed.KernelTag` hold the defaults).
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with

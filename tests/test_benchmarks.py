@@ -462,7 +462,7 @@ def test_hot_loop_adds_what_the_kernel_adds(hot_loop, bits):
     for name, fmt, tier in checked:
         # exits unless the kernel matches the reference and the loop's sums are its y bit for bit
         tag, copy, meta, work, nb, accs, weights = hot_loop.prepared(fmt, tier, bits, 256)
-        rows = tile.group_rows(tier, bits) * tile.plain_streams(bits) if fmt == "c4" else packed.ROWS * packed.STREAMS
+        rows = tile.group_rows(tier, bits) * tile.plain_streams(bits, tier=tier) if fmt == "c4" else packed.ROWS * packed.STREAMS
         assert (nb, weights) == (4, rows * 256), name
         before = accs.copy()
         assert hot_loop._hot_steps(tag, copy, meta, work, 256, nb, accs, 3) == weights

@@ -143,8 +143,11 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
     assert {bits: tile.plain_streams(bits, cpu, threads=1, w2_stack=False) for bits in tile.WIDTHS} == plain
     for threads in (2, 8):
         assert {bits: tile.plain_streams(bits, cpu, threads=threads, w2_stack=False) for bits in tile.WIDTHS} == shared
-        assert tile.plain_streams(2, cpu, threads=threads) == tile.STACKED_STREAMS == 1
-    plain, shared = {**plain, 2: 1}, {**shared, 2: 1}
+        # stacked w2 by its tile's lanes, on every CPU: 16 (zmm) one group, 8 (ymm) four (tile.STACKED_STREAMS)
+        assert [tile.plain_streams(2, cpu, threads=threads, tier=t) for t in ("avx512vnni-zmm", "avx512vnni")] == [1, 4]
+    with pytest.raises(ValueError, match="give tier"):
+        tile.plain_streams(2, cpu)
+    stacked = {16: 1, 8: 4}
     assert {bits: tile.prfm_streams(bits, cpu) for bits in tile.WIDTHS} == twin
     monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     # the column tiles are x86_64's; their specs are built (not compiled) on any machine, as the registry test does
@@ -153,22 +156,26 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
         qm = random_quantized(8, 128, bits=bits, block=64)
         tiles = [s for s in specs if s.bits == bits and s.layout[0] == "c4"]
         assert {s.variant.endswith("-prfm") for s in tiles} == {False, True}, (cpu, bits)
+        def wanted(counts, spec):  # the plain tile's count for this spec's tile
+            return stacked[tile.tile_rows(spec.tier)] if bits == 2 else counts[bits]
+
         for threads, counts in ((1, plain), (2, shared)):
             monkeypatch.setattr(tile, "_threads_now", lambda: threads)  # the count in force when a kernel is bound
             for spec in tiles:
-                groups = (twin if spec.variant.endswith("-prfm") else counts)[bits]
+                groups = twin[bits] if spec.variant.endswith("-prfm") else wanted(counts, spec)
                 assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups, spec.variant
-            # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's
-            assert tile.TileTag(tiles[0].tier, bits, 2).nstreams == counts[bits]
+                # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's
+                assert tile.TileTag(spec.tier, bits, 2).nstreams == wanted(counts, spec)
         for spec in tiles:
+            alone, more = wanted(plain, spec), wanted(shared, spec)
             if spec.variant.endswith("-prfm"):
                 said = f", {twin[bits]} groups of rows at once per thread" if twin[bits] != 2 else None
-            elif plain[bits] != shared[bits]:
-                said = f", {plain[bits]} groups of rows at once per thread at 1 thread and {shared[bits]} at more"
-            elif plain[bits] == 1:
-                said = ", 1 group of rows at once per thread; w2 as four rows per lane"
+            elif alone != more:
+                said = f", {alone} groups of rows at once per thread at 1 thread and {more} at more"
+            elif bits == 2:
+                said = f", {alone} group{'s' if alone > 1 else ''} of rows at once per thread; w2 as four rows per lane"
             else:
-                said = f", {plain[bits]} groups of rows at once per thread" if plain[bits] != 2 else None
+                said = f", {alone} groups of rows at once per thread" if alone != 2 else None
             assert (said in spec.description) if said else ("groups of rows" not in spec.description), \
                 (spec.variant, spec.description)
 

@@ -290,7 +290,7 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # groups of rows per thread: this CPU's count for each; the plain tile's also depends on the threads,
                 # so it is found when bound (None; gemvbw.kernels.tile.plain_streams), the registry built before
                 twin = tile.prfm_streams(bits)
-                alone, shared = tile.plain_streams(bits, threads=1), tile.plain_streams(bits, threads=2)
+                alone, shared = (tile.plain_streams(bits, threads=n, tier=t.name) for n in (1, 2))
                 # w2's plain tile stacks four rows' codes in a byte; its twin keeps one row's four groups (measured:
                 # stacked tiles read ahead lost on Zen 4, and the twin is what Intel and Zen 5 were measured to want)
                 stacked = tile.W2_STACK and bits == 2

@@ -147,13 +147,15 @@ PRFM_STREAMS_BY_CPU = {"GenuineIntel": {**DEFAULT_STREAMS, 3: 4, 2: 4}}
 
 
 def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, threads: int | None = None,
-                  w2_stack: bool = True) -> int:
+                  w2_stack: bool = True, tier: str | None = None) -> int:
     """Groups of rows per thread of width ``bits``' plain column tile on ``cpu``, a (vendor_id, cpu family) pair
     of /proc/cpuinfo's (by default this machine's; (None, None) off x86), at ``threads`` threads (by default
     numba's count in force now, the one a kernel bound now runs on); w2's in its stacked layout unless
-    ``w2_stack`` is false."""
+    ``w2_stack`` is false, whose count depends on the ``tier``'s tile (required then)."""
     if bits == 2 and w2_stack and W2_STACK:
-        return STACKED_STREAMS
+        if tier is None:
+            raise ValueError("stacked w2's groups per thread depend on the tier's tile: give tier")
+        return STACKED_STREAMS[tile_rows(tier)]
     alone = _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)
     if (_threads_now() if threads is None else threads) > 1:
         return _for_cpu(PLAIN_STREAMS_SHARED_BY_CPU, cpu, alone)[bits]
@@ -211,11 +213,17 @@ W3_SPLIT = True
 # thread 92 vs 91, 93 vs 91, 93 vs 88, 2 threads 97 vs 97, 93 vs 92, 89 vs 94, 92 vs 96, 95 vs 95 (three of those
 # in the host's fast mode, reads at 55-60 GB/s): ahead at 1 thread, level at 2. Its groups per thread: one, as many bytes per step as
 # four of the other tiles; with more it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81, 8: 47, against 97-
-# 98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). So its -prfm twin stays
+# 98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). The 256-bit tile (8c4,
+# 32 rows, 640 B a step) is the other way: it gains from groups as the other tiles do (2026-12-07 07:40-07:50 UTC,
+# 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 / 87; 2 threads
+# 83 / 93 / 93 / 90), so it reads 4 (STACKED_STREAMS). Why the 64-row tile loses with more is open: not the cost of
+# a step, nor the accumulators' stores, nor streams starting at one offset of a 4 KiB page (README). So its -prfm twin stays
 # one row's codes per lane (the twin Intel and Zen 5 were measured to want); --kernel auto weighs both. Tiles of
 # 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
 W2_STACK = True
-STACKED_STREAMS = 1  # groups of rows per thread of stacked w2 (a group: one tile's 4R rows), on every CPU
+# groups of rows per thread of stacked w2 (a group: one tile's 4R rows) by the tile's lanes R, on every CPU (measured
+# on Zen 4 only: above)
+STACKED_STREAMS = {16: 1, 8: 4}
 
 
 def tile_tiers() -> list[str]:
@@ -298,9 +306,9 @@ class TileTag:
 
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int | None = None,
                  locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK):
-        if bits in WIDTHS and nstreams is None:
+        if bits in WIDTHS and nstreams is None and tier in tile_tiers():
             # the plain tile's count on this CPU at the threads in force: gemvbw's own
-            nstreams = plain_streams(bits, w2_stack=w2_stack)
+            nstreams = plain_streams(bits, w2_stack=w2_stack, tier=tier)
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
                 or locality not in HINTS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
