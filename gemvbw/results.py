@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gemvbw import __version__, metrics
@@ -247,15 +248,20 @@ def result_notes(
     return tuple(notes)
 
 
-def roofline_moved_notes(before: Bandwidth, after: Bandwidth, results: list[KernelResult] = ()) -> list[Note]:
+def read_moved(before: Bandwidth, after: Bandwidth) -> bool:
+    """Whether the read roofline moved by more than :data:`ROOFLINE_MOVED` between two readings."""
+    return abs(after.gbps / before.gbps - 1) > ROOFLINE_MOVED
+
+
+def roofline_moved_notes(before: Bandwidth, after: Bandwidth, results: Sequence[KernelResult] = ()) -> list[Note]:
     """A warning when the read roofline measured after the rows differs from the one before them by more than
     :data:`ROOFLINE_MOVED`: every row's %read (and %peak) holds against a bandwidth the machine had at the
     start, so a move says by about how much those shares may be off. Rows of ``results`` above the first reading
     (their above-read-roofline note blamed a cache) but not above the second are named: the faster bandwidth may
     explain them."""
-    change = after.gbps / before.gbps - 1
-    if abs(change) <= ROOFLINE_MOVED:
+    if not read_moved(before, after):
         return []
+    change = after.gbps / before.gbps - 1
     explained = [r for r in results
                  if ABOVE_READ_FACTOR * before.gbps < r.eff_gbps <= ABOVE_READ_FACTOR * after.gbps]
     rows = "" if not explained else (

@@ -211,8 +211,8 @@ W3_SPLIT = True
 # 2): 16c4-zmm 1 thread 98 vs 99, 97 vs 81, 93 vs 90, 93 vs 92, 92 vs 84 %; 2 threads 102 vs 87, 97 vs 99, 96 vs
 # 95, 97 vs 72; 8c4 1 thread 83 vs 75, 2 threads 96 vs 96; after runs 54-55 (05:03-05:05 UTC, 11 rounds), 1
 # thread 92 vs 91, 93 vs 91, 93 vs 88, 2 threads 97 vs 97, 93 vs 92, 89 vs 94, 92 vs 96, 95 vs 95 (three of those
-# in the host's fast mode, reads at 55-60 GB/s): ahead at 1 thread, level at 2. Its groups per thread: one, as many bytes per step as
-# four of the other tiles; with more it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81, 8: 47, against 97-
+# in the host's fast mode, reads at 55-60 GB/s): ahead at 1 thread, level at 2. The 512-bit tile's groups per
+# thread: one, as many bytes per step as four of the other tiles; with more it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81, 8: 47, against 97-
 # 98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). The 256-bit tile (8c4,
 # 32 rows, 640 B a step) is the other way: it gains from groups as the other tiles do (2026-12-07 07:40-07:50 UTC,
 # 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 / 87; 2 threads

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gemvbw.results import ROOFLINE_MOVED, KernelFailure, KernelResult, SweepRecord
+from gemvbw.results import ROOFLINE_MOVED, KernelFailure, KernelResult, SweepRecord, read_moved
 from gemvbw.settings import format_cpus
 
 META_NAMES = {2: "fp16", 4: "fp32"}
@@ -79,7 +79,7 @@ def note_lines(record: SweepRecord) -> list[str]:
     lines = [f"{n.message}. Advice: {n.advice}." for n in record.notes]
     after, first = record.read_after, record.roofline
     # (a larger move is one of the record's notes above: gemvbw.results.roofline_moved_notes)
-    if after is not None and first is not None and abs(after.gbps / first.read.gbps - 1) <= ROOFLINE_MOVED:
+    if after is not None and first is not None and not read_moved(first.read, after):
         lines.append(f"the read roofline measured again after the rows: {after.gbps:.1f} GB/s, "
                      f"{after.gbps / first.read.gbps - 1:+.0%} from the {first.read.gbps:.1f} GB/s before them "
                      f"(within {ROOFLINE_MOVED:.0%}): the bandwidth held, as far as two readings show")
