@@ -218,8 +218,9 @@ W3_SPLIT = True
 # 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 / 87; 2 threads
 # 83 / 93 / 93 / 90), so it reads 4 (STACKED_STREAMS). Why the 64-row tile loses with more is open: not the cost of
 # a step, nor its size (half-steps lost more), nor the accumulators' stores, nor streams starting at one offset of
-# a 4 KiB page (README). So its -prfm twin stays one row's codes per lane (the twin Intel and Zen 5 were measured to want); --kernel auto weighs both. Tiles of
-# 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
+# a 4 KiB page (README). So its -prfm twin stays one row's codes per lane (the twin Intel and Zen 5 were measured
+# to want); --kernel auto weighs both. Tiles of 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a
+# multiple of 64 leaves none).
 W2_STACK = True
 # groups of rows per thread of stacked w2 (a group: one tile's 4R rows) by the tile's lanes R, on every CPU (measured
 # on Zen 4 only: above)
