@@ -188,11 +188,17 @@ def merged(first: dict, second: dict) -> dict:
 
 def reads(doc: dict) -> str:
     """The read roofline(s) a record's rows were measured against, each with the streams per thread that
-    gave it (records from before gemvbw tried several have none)."""
+    gave it (records from before gemvbw tried several have none) and, where the sweep measured it again after
+    its rows (``read_after_gbps``, since 2026-12-07), that second figure and how far it moved: how much the
+    bandwidth shifted under the rows' %read."""
     def one(rf: dict) -> str:
         s = rf.get("read_streams")
-        return f"{rf['read_gbps']:.1f} GB/s" + (f" ({s} stream{'s' if s > 1 else ''} per thread)" if s else "")
-    return " and ".join(one(rf) for rf in doc.get("rooflines", [doc["roofline"]]))
+        text = f"{rf['read_gbps']:.1f} GB/s" + (f" ({s} stream{'s' if s > 1 else ''} per thread)" if s else "")
+        after = rf.get("read_after_gbps")
+        if after is not None:
+            text += f", {after:.1f} GB/s after the rows ({100 * (after / rf['read_gbps'] - 1):+.0f}%)"
+        return text
+    return " and ".join(one(rf) for rf in (doc["rooflines"] if "rooflines" in doc else [doc["roofline"]]))
 
 
 def best(doc: dict, shape: str, bits: int) -> dict | None:
@@ -587,8 +593,8 @@ def main() -> int:
                   "variant against w8's, beside each width's read against w8's read (what a kernel at the wall "
                   "would show on this machine now) and the bytes' ratio:", ""] + ratios[t] + [""]
         lines += ["### Against the wall it had (`benchmarks/wall.py`)", "",
-                  "The read roofline above is taken once, before the sweep; this machine's bandwidth moves while "
-                  "a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "
+                  "The read roofline above is taken before the sweep's rows (and again after them); this machine's "
+                  "bandwidth moves while a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "
                   "interleaved, cold, in one process:", ""] + walls[t] + [""]
         lines += ["### A plain read timed as a row (`benchmarks/row_read.py`)", "",
                   "The bars set a row (best group mean of calls, each after the flush) against the read roofline "

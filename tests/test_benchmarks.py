@@ -132,6 +132,18 @@ def test_two_sweeps_merge_into_the_faster_row_of_each(run):
     assert run.best(doc, "64x128", 4)["variant"] == "b"
 
 
+def test_reads_say_how_far_the_roofline_moved_under_the_rows(run):
+    # a sweep since 2026-12-07 measures the read again after its rows: the table says both and the change
+    first = {"roofline": {"read_gbps": 40.0, "read_streams": 8, "read_after_gbps": 50.0}}
+    second = {"roofline": {"read_gbps": 36.0, "read_after_gbps": 27.0}}
+    assert run.reads(first) == "40.0 GB/s (8 streams per thread), 50.0 GB/s after the rows (+25%)"
+    doc = {"rooflines": [first["roofline"], second["roofline"]]}
+    assert run.reads(doc) == ("40.0 GB/s (8 streams per thread), 50.0 GB/s after the rows (+25%) and "
+                              "36.0 GB/s, 27.0 GB/s after the rows (-25%)")
+    # an interrupted sweep's second reading is null: nothing said about it
+    assert run.reads({"roofline": {"read_gbps": 40.0, "read_after_gbps": None}}) == "40.0 GB/s"
+
+
 
 def test_steps_are_kept_as_they_end_and_a_resume_must_be_the_same_run(load_script, tmp_path, capsys):
     steps = load_script("benchmarks/steps.py", "bench_steps")
