@@ -10,7 +10,8 @@ runs (its column tiles, its packed-4x2 kernels; ``--tier`` and ``--format`` pick
 kernel, gemvbw's own tag, to a matrix of one group of rows per stream and K columns (K=256: 17 KiB of 16c4
 w8 tiles, within a 32 KiB L1), checks the kernel against the numpy reference and the loop below against the
 kernel (bit for bit), then runs the kernel's own steps over those same groups many times in one compiled
-loop, in the skeleton's order (step s of every stream, then s + 1), with nothing else: no activation
+loop, in the skeleton's order (step s of every stream, then s + 1, or two steps at a time where the tag
+reads its groups in turns of two: gemvbw.kernels.streams.steps_of_groups), with nothing else: no activation
 quantizing, no leftovers, no call. It prints, per width, the median over ``--rounds`` of the nanoseconds
 per 1024 weights, and what that makes for the whole of ``--shape`` at one thread: the compute floor of a
 cold call there. With ``--read`` it also times a plain read of each width's bytes at that shape at one
@@ -57,9 +58,7 @@ def _hot_steps(tag, copy, meta, work, K, nb, accs, reps):
     act = streams.prepare(tag, lay, xq, d, xs, work[o_scratch:size])
     for _ in range(reps):
         accs[:] = 0
-        for s in range(steps):
-            for k in range(S):
-                streams.step(tag, lay, k * steps + s, s, act, accs[k])
+        streams.steps_of_groups(tag, lay, 0, 1, steps, act, accs)
     return S * streams.group_rows(tag) * streams.first_leftover(tag, lay) * 64
 
 

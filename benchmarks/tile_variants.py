@@ -8,11 +8,13 @@ A variant is a list of the kernel tag's options, ``name=value`` joined by commas
 prefetch, 0 for none; the column tiles' -prfm twins use gemvbw.kernels.tile.prfm_ahead: w4-w2 4096 (w3 and w2
 2048 on Intel), w8 2048; packed-4x2 2048 for w4-w2), ``locality`` (the prefetch hint: 0 prefetchnta,
 1 prefetcht2, 2 prefetcht1, 3 prefetcht0) and, for column tiles only, ``streams`` (groups of rows a thread
-reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel), ``split`` (w3 only: 1 its codes
+reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel), ``turn`` (tiles of a group read before
+the next group's turn, 1 or 2: gemvbw's kernels 1 but for stacked w2 on 16c4, 2), ``split`` (w3 only: 1 its codes
 two whole and one split to a byte, gemvbw's layout; 0 two bit planes) and ``stack`` (w2 only: 1 four rows to a
-byte, its plain tile's layout, reading tile.STACKED_STREAMS groups per thread, 1 on 16c4 and 4 on 8c4, unless
-``streams`` says otherwise; 0 one row's four groups to a byte, its -prfm twin's); variants are separated by semicolons,
-and an empty one is gemvbw's own kernel (:class:`gemvbw.kernels.tile.TileTag` and
+byte, its plain tile's layout, reading tile.STACKED_STREAMS groups per thread in turns of tile.STACKED_TURN tiles,
+2 in turns of two on 16c4 and 4 in turns of one on 8c4, unless ``streams`` or ``turn`` says otherwise; 0 one row's
+four groups to a byte, its -prfm twin's); variants are separated by semicolons, and an empty one is gemvbw's own
+kernel (:class:`gemvbw.kernels.tile.TileTag` and
 :class:`gemvbw.kernels.packed.KernelTag` hold the defaults).
 This script binds one tier's kernels of one format (``--format c4``: column tiles; ``4x2``: packed-4x2) with
 each variant, checks that they all give the same y bit for bit and that it matches the numpy reference, and
@@ -38,7 +40,7 @@ from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benc
 from wall import interleaved_medians, read_runs
 
 OPTIONS = {"streams": "nstreams", "ahead": "ahead", "locality": "locality", "split": "w3_split",
-           "stack": "w2_stack"}
+           "stack": "w2_stack", "turn": "turn"}
 
 
 def parse_variants(text: str) -> dict[str, dict[str, int]]:
@@ -76,6 +78,8 @@ def check_options(fmt: str, tier: str, variants: dict[str, dict[str, int]]) -> N
             raise ValueError("split=N: packed-4x2 kernels have one w3 layout, not an option of theirs")
         elif "w2_stack" in options:
             raise ValueError("stack=N: packed-4x2 kernels have one w2 layout, not an option of theirs")
+        elif "turn" in options:
+            raise ValueError("turn=N: packed-4x2 kernels take turns step by step, not an option of theirs")
         else:
             packed.KernelTag(tier, 8, **options)
 

@@ -230,9 +230,9 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script):
     got = variants.parse_variants("; streams=4;streams=3, ahead=4096 ,locality=3")
     assert got == {"default": {}, "streams=4": {"nstreams": 4},
                    "streams=3, ahead=4096 ,locality=3": {"nstreams": 3, "ahead": 4096, "locality": 3}}
-    for bad in ("stream=2", "ahead=x", "ahead", "turn=2"):
+    for bad in ("stream=2", "ahead=x", "ahead", "turns=2"):
         with pytest.raises(ValueError, match="a variant's options are streams=N, ahead=N, locality=N, split=N, "
-                                             "stack=N"):
+                                             "stack=N, turn=N"):
             variants.parse_variants(bad)
 
 
@@ -249,6 +249,12 @@ def test_tile_variants_checks_what_each_format_can_build(load_script):
     with pytest.raises(ValueError, match="stack=N: packed-4x2 kernels have one w2 layout"):
         variants.check_options("4x2", "avx2", {"rows": {"w2_stack": 0}})
     assert variants.parse_variants("stack=0,streams=4") == {"stack=0,streams=4": {"w2_stack": 0, "nstreams": 4}}
+    assert variants.parse_variants("turn=2,streams=2") == {"turn=2,streams=2": {"turn": 2, "nstreams": 2}}
+    variants.check_options("c4", "avx512vnni-zmm", {"t2": {"turn": 2}})
+    with pytest.raises(ValueError, match="turn=N: packed-4x2 kernels take turns step by step"):
+        variants.check_options("4x2", "avx2", {"t2": {"turn": 2}})
+    with pytest.raises(ValueError, match="in turns of 3 tile"):  # the skeleton writes out turns of 1 and 2 only
+        variants.check_options("c4", "avx512vnni-zmm", {"t3": {"turn": 3}})
     with pytest.raises(ValueError, match="no packed kernel for tier 'avx2', w8, prefetch 4096 bytes ahead, locality 5"):
         variants.check_options("4x2", "avx2", {"bad": {"ahead": 4096, "locality": 5}})
     with pytest.raises(ValueError, match="prefetch -1 bytes ahead"):

@@ -139,15 +139,20 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
     from gemvbw.kernels import tile
     from gemvbw.quant import random_quantized
 
-    # (plain and shared: w2's tile with one row per lane; its plain tile is stacked and reads one group everywhere)
+    # (plain and shared: w2's tile with one row per lane; its plain tile is stacked and reads by its tile's lanes)
     assert {bits: tile.plain_streams(bits, cpu, threads=1, w2_stack=False) for bits in tile.WIDTHS} == plain
     for threads in (2, 8):
         assert {bits: tile.plain_streams(bits, cpu, threads=threads, w2_stack=False) for bits in tile.WIDTHS} == shared
-        # stacked w2 by its tile's lanes, on every CPU: 16 (zmm) one group, 8 (ymm) four (tile.STACKED_STREAMS)
-        assert [tile.plain_streams(2, cpu, threads=threads, tier=t) for t in ("avx512vnni-zmm", "avx512vnni")] == [1, 4]
-    with pytest.raises(ValueError, match="give tier"):
-        tile.plain_streams(2, cpu)
-    stacked = {16: 1, 8: 4}
+        # stacked w2 by its tile's lanes, on every CPU: 16 (zmm) two groups in turns of two tiles, 8 (ymm) four
+        # in turns of one (tile.STACKED_STREAMS, tile.STACKED_TURN)
+        assert [tile.plain_streams(2, cpu, threads=threads, tier=t) for t in ("avx512vnni-zmm", "avx512vnni")] == [2, 4]
+    assert [tile.plain_turn(2, tier=t) for t in ("avx512vnni-zmm", "avx512vnni")] == [2, 1]
+    assert {tile.plain_turn(bits, tier="avx512vnni-zmm") for bits in (8, 4, 3)} == {1}
+    assert tile.plain_turn(2, w2_stack=False) == 1  # w2 with one row per lane: tile by tile
+    for ask in (tile.plain_streams, tile.plain_turn):
+        with pytest.raises(ValueError, match="give tier"):
+            ask(2, cpu) if ask is tile.plain_streams else ask(2)
+    stacked, turns = {16: 2, 8: 4}, {16: 2, 8: 1}
     assert {bits: tile.prfm_streams(bits, cpu) for bits in tile.WIDTHS} == twin
     monkeypatch.setattr(tile, "_this_cpu", lambda: cpu)
     # the column tiles are x86_64's; their specs are built (not compiled) on any machine, as the registry test does
@@ -163,7 +168,9 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
             monkeypatch.setattr(tile, "_threads_now", lambda: threads)  # the count in force when a kernel is bound
             for spec in tiles:
                 groups = twin[bits] if spec.variant.endswith("-prfm") else wanted(counts, spec)
-                assert spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0].nstreams == groups, spec.variant
+                tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
+                turn = 1 if spec.variant.endswith("-prfm") or bits != 2 else turns[tile.tile_rows(spec.tier)]
+                assert (tag.nstreams, tag.turn) == (groups, turn), spec.variant
                 # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's
                 assert tile.TileTag(spec.tier, bits, 2).nstreams == wanted(counts, spec)
         for spec in tiles:
@@ -173,7 +180,11 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
             elif alone != more:
                 said = f", {alone} groups of rows at once per thread at 1 thread and {more} at more"
             elif bits == 2:
-                said = f", {alone} group{'s' if alone > 1 else ''} of rows at once per thread; w2 as four rows per lane"
+                said = (f", {alone} groups of rows at once per thread" if alone != 2 else "") + \
+                    "; w2 as four rows per lane"
+                in_turn = "two tiles of a group in turn" in spec.description
+                assert in_turn == (turns[tile.tile_rows(spec.tier)] == 2), (spec.variant, spec.description)
+                assert ("groups of rows" in spec.description) == (alone != 2), (spec.variant, spec.description)
             else:
                 said = f", {alone} groups of rows at once per thread" if alone != 2 else None
             assert (said in spec.description) if said else ("groups of rows" not in spec.description), \

@@ -376,6 +376,13 @@ def test_column_tiles_give_the_same_rows_whatever_the_streams_per_thread(tier, b
             tile.bind(tier, qm, chunks, None, nstreams=nstreams)(x, y)
             assert relative_error(y, y_ref, bound) < 1e-5, (nstreams, chunks)
             outs.append(y)
+    # and in turns of the other length than the tile's own (1 or 2 tiles of a group before the next group's; with
+    # three steps, two in a turn and the last alone): each group's steps still added in their order
+    other = 3 - tile.plain_turn(bits, tier=tier)
+    for nstreams in (1, 2, 3):
+        y = np.full(M, np.nan, np.float32)
+        tile.bind(tier, qm, 3, None, nstreams=nstreams, turn=other)(x, y)
+        outs.append(y)
     assert all(np.array_equal(outs[0], y) for y in outs[1:])
     if bits == 3:  # w3's other layout (two bit planes; benchmarks/tile_variants.py's split=0): the same sums
         y = np.full(M, np.nan, np.float32)
@@ -406,7 +413,7 @@ def test_a_tile_variant_stores_its_copy_under_the_layout_its_spec_names(bits):
     assert len(_PACKED[qm]) == (2 if bits == 2 and len(specs) == 2 else 1)
 
 
-@pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}])
+@pytest.mark.parametrize("options", [{"nstreams": 0}, {"locality": 4}, {"locality": -1}, {"turn": 0}, {"turn": 3}])
 def test_a_tile_tag_refuses_options_no_kernel_is_built_for(options):
     # TileTag is built before anything compiles: a stream count or prefetch hint LLVM has no meaning for
     # is refused there, whatever the CPU (tile_tiers lists every tile tier, usable or not)

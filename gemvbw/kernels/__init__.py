@@ -294,8 +294,10 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # w2's plain tile stacks four rows' codes in a byte; its twin keeps one row's four groups (measured:
                 # stacked tiles read ahead lost on Zen 4, and the twin is what Intel and Zen 5 were measured to want)
                 stacked = tile.W2_STACK and bits == 2
+                turn = tile.plain_turn(bits, stacked, t.name)
                 ways = [("", tile.PREFETCH_AHEAD[bits], None, stacked, _groups(alone, shared) + (
-                    f"; w2 as four rows per lane, one to each 2-bit field (tiles of {4 * rows} rows)" if stacked else "")
+                    f"; w2 as four rows per lane, one to each 2-bit field (tiles of {4 * rows} rows"
+                    f"{', two tiles of a group in turn' if turn == 2 else ''})" if stacked else "")
                 )] + ([(
                     PRFM_SUFFIX, ahead, twin, False,
                     f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"

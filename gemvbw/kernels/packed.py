@@ -444,6 +444,12 @@ def _stream_count(tag):
         return lambda tag: STREAMS
 
 
+@overload(streams.stream_turn)
+def _stream_turn(tag):
+    if _is_packed(tag):
+        return lambda tag: 1  # the groups take turns step by step
+
+
 # repacked copies, kept while their matrix lives, one per layout (a matrix's arrays are not changed once
 # it is bound: the copy would go stale). Tiers with the same vector size and w8 storage share one.
 _PACKED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()

@@ -162,6 +162,16 @@ def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, t
     return alone[bits]
 
 
+def plain_turn(bits: int, w2_stack: bool = True, tier: str | None = None) -> int:
+    """Tiles of a group that width ``bits``' plain column tile reads before the next group's turn: 1, but for
+    stacked w2 (unless ``w2_stack`` is false) its ``tier``'s (required then; :data:`STACKED_TURN`)."""
+    if bits == 2 and w2_stack and W2_STACK:
+        if tier is None:
+            raise ValueError("stacked w2's turn depends on the tier's tile: give tier")
+        return STACKED_TURN[tile_rows(tier)]
+    return 1
+
+
 def prfm_ahead(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
     """Bytes ahead that width ``bits``' -prfm twin prefetches on ``cpu`` (as :func:`plain_streams`)."""
     return _for_cpu(PRFM_AHEAD_BY_CPU, cpu, PRFM_AHEAD)[bits]
@@ -212,19 +222,26 @@ W3_SPLIT = True
 # 95, 97 vs 72; 8c4 1 thread 83 vs 75, 2 threads 96 vs 96; after runs 54-55 (05:03-05:05 UTC, 11 rounds), 1
 # thread 92 vs 91, 93 vs 91, 93 vs 88, 2 threads 97 vs 97, 93 vs 92, 89 vs 94, 92 vs 96, 95 vs 95 (three of those
 # in the host's fast mode, reads at 55-60 GB/s): ahead at 1 thread, level at 2. The 512-bit tile's groups per
-# thread: one, as many bytes per step as four of the other tiles; with more it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81, 8: 47, against 97-
-# 98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). The 256-bit tile (8c4,
-# 32 rows, 640 B a step) is the other way: it gains from groups as the other tiles do (2026-12-07 07:40-07:50 UTC,
-# 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 / 87; 2 threads
-# 83 / 93 / 93 / 90), so it reads 4 (STACKED_STREAMS). Why the 64-row tile loses with more is open: not the cost of
-# a step, nor its size (half-steps lost more), nor the accumulators' stores, nor streams starting at one offset of
-# a 4 KiB page (README). So its -prfm twin stays one row's codes per lane (the twin Intel and Zen 5 were measured
-# to want); --kernel auto weighs both. Tiles of 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a
-# multiple of 64 leaves none).
+# thread: with more than one, taking turns tile by tile, it lost (1 thread, 16c4-zmm: 2 groups 81 and 54 %, 4: 81,
+# 8: 47, against 97-98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). The
+# 256-bit tile (8c4, 32 rows, 640 B a step) is the other way: it gains from groups as the other tiles do (2026-12-07
+# 07:40-07:50 UTC, 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 /
+# 87; 2 threads 83 / 93 / 93 / 90), so it reads 4 (STACKED_STREAMS). Why the 64-row tile loses with more is open:
+# not the cost of a step, nor its size (half-steps lost more), nor the accumulators' stores, nor streams starting at
+# one offset of a 4 KiB page (README); taking turns of two tiles, two groups gain (STACKED_TURN, below). Its -prfm
+# twin stays one row's codes per lane (the twin Intel and Zen 5 were measured to want); --kernel auto weighs both.
+# Tiles of 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
 W2_STACK = True
 # groups of rows per thread of stacked w2 (a group: one tile's 4R rows) by the tile's lanes R, on every CPU (measured
-# on Zen 4 only: above)
-STACKED_STREAMS = {16: 1, 8: 4}
+# on Zen 4 only: above), and the tiles of a group each reads before the next group's turn (gemvbw.kernels.streams.
+# steps_of_groups). The 512-bit tile reads 2 groups in turns of two tiles (2560 B): measured on Zen 4 (EPYC family
+# 25 model 17, 2026-12-07 10:15-10:21 UTC, 4096x14336 cold, an ad hoc copy of this turn in gemvbw's skeleton, y bit
+# for bit gemvbw's, interleaved with reads of the same bytes, 11 rounds each, % of the fastest read), 2 groups in
+# turns of two against 1 group: 1 thread 98 vs 94, 95 vs 91, 96 vs 92; 2 threads 97 vs 96, 95 vs 91, 93 vs 83 (the
+# last two in the host's fast mode, reads at 60-64 GB/s). 4 groups in turns of two: 96, 93, 92 (1 thread); 1
+# group in turns of two lost (78-81 %), and so did turns of four (75-85 %) and half-tile turns (README).
+STACKED_STREAMS = {16: 2, 8: 4}
+STACKED_TURN = {16: 2, 8: 1}
 
 
 def tile_tiers() -> list[str]:
@@ -302,19 +319,24 @@ def fields(bits: int, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK) -> t
 
 class TileTag:
     """Which tier, width and metadata size a column-tile kernel compiles for, how far ahead it prefetches and
-    with which locality hint, how many groups of rows each thread reads at once, and for w3 which of its
-    layouts it reads (its numba type carries them all: a benchmark can compare them in one process)."""
+    with which locality hint, how many groups of rows each thread reads at once and in turns of how many tiles,
+    and for w3 and w2 which of their layouts it reads (its numba type carries them all: a benchmark can compare
+    them in one process)."""
 
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int | None = None, nstreams: int | None = None,
-                 locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK):
-        if bits in WIDTHS and nstreams is None and tier in tile_tiers():
-            # the plain tile's count on this CPU at the threads in force: gemvbw's own
-            nstreams = plain_streams(bits, w2_stack=w2_stack, tier=tier)
+                 locality: int = PREFETCH_LOCALITY, w3_split: bool = W3_SPLIT, w2_stack: bool = W2_STACK,
+                 turn: int | None = None):
+        if bits in WIDTHS and tier in tile_tiers():
+            # the plain tile's count on this CPU at the threads in force, and its turn: gemvbw's own
+            if nstreams is None:
+                nstreams = plain_streams(bits, w2_stack=w2_stack, tier=tier)
+            if turn is None:
+                turn = plain_turn(bits, w2_stack, tier)
         if (tier not in tile_tiers() or bits not in WIDTHS or meta_bytes not in (2, 4) or nstreams < 1
-                or locality not in HINTS):
+                or locality not in HINTS or turn not in streams.TURNS):
             raise ValueError(f"no column-tile kernel for tier {tier!r}, w{bits}, {meta_bytes}-byte metadata, "
-                             f"{nstreams} streams, prefetch locality {locality}")
-        self.tier, self.bits, self.meta_bytes, self.nstreams = tier, bits, meta_bytes, nstreams
+                             f"{nstreams} streams in turns of {turn} tile(s) (1 or 2), prefetch locality {locality}")
+        self.tier, self.bits, self.meta_bytes, self.nstreams, self.turn = tier, bits, meta_bytes, nstreams, turn
         self.ahead = PREFETCH_AHEAD[bits] if ahead is None else ahead
         self.locality = locality
         self.w3_split = bool(w3_split) and bits == 3  # the other widths have one layout
@@ -323,20 +345,21 @@ class TileTag:
 
 class TileTagType(types.Type):
     def __init__(self, tier: str, bits: int, meta_bytes: int, ahead: int, nstreams: int, locality: int,
-                 w3_split: bool, w2_stack: bool):
+                 w3_split: bool, w2_stack: bool, turn: int):
         self.tier, self.bits, self.meta_bytes, self.ahead, self.nstreams = tier, bits, meta_bytes, ahead, nstreams
+        self.turn = turn
         self.locality, self.w3_split, self.w2_stack = locality, w3_split, w2_stack
         self.lanes = tile_rows(tier)
         self.rows = group_rows(tier, bits, w2_stack)
         layout = 'split,' if w3_split else 'planes,' if bits == 3 else 'stacked,' if w2_stack else ''
         super().__init__(name=f"TileTag({tier},w{bits},meta {meta_bytes},ahead {ahead},locality {locality},"
-                              f"streams {nstreams},{layout}{FINGERPRINT})")
+                              f"streams {nstreams},turn {turn},{layout}{FINGERPRINT})")
 
 
 @typeof_impl.register(TileTag)
 def _typeof_tag(val, c):
     return TileTagType(val.tier, val.bits, val.meta_bytes, val.ahead, val.nstreams, val.locality, val.w3_split,
-                       val.w2_stack)
+                       val.w2_stack, val.turn)
 
 
 register_model(TileTagType)(models.OpaqueModel)
@@ -576,11 +599,18 @@ def _stream_count(tag):
         return lambda tag: n
 
 
+@overload(streams.stream_turn)
+def _stream_turn(tag):
+    if _is_tile(tag):
+        n = tag.turn
+        return lambda tag: n
+
+
 def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead: int | None = None,
                 **options) -> tuple:
     """The arguments of :func:`gemvbw.kernels.streams.gemv_streams` for ``qm`` on a tier's column tiles (repacked
     now if not yet, untimed; block 64 only), with a new workspace. ``options``: :class:`TileTag`'s nstreams,
-    locality and w3_split."""
+    locality, w3_split, w2_stack and turn."""
     from gemvbw.kernels.packed import _PACKED
 
     if qm.block != SUPPORTED_BLOCK:
@@ -599,7 +629,8 @@ def kernel_args(tier: str, qm, x: np.ndarray, y: np.ndarray, chunks: int, ahead:
 
 def bind(tier: str, qm, chunks: int, ahead: int | None = None, **options):
     """run(x, y) of the tier's column-tile kernel for ``qm`` (repacked now, untimed; block 64 only). Not
-    reentrant: its calls share one workspace. ``options``: :class:`TileTag`'s nstreams and locality."""
+    reentrant: its calls share one workspace. ``options``: :class:`TileTag`'s nstreams, locality, w3_split, w2_stack
+    and turn."""
     from gemvbw.kernels import typed_like
 
     return streams.bind(kernel_args(tier, qm, *typed_like(qm), chunks, ahead, **options))
