@@ -594,8 +594,8 @@ def main() -> int:
                   "would show on this machine now) and the bytes' ratio:", ""] + ratios[t] + [""]
         lines += ["### Against the wall it had (`benchmarks/wall.py`)", "",
                   "The read roofline above is taken before the sweep's rows (and again after them); this machine's "
-                  "bandwidth moves while a sweep runs. Here each tier and a plain multithreaded read of the same bytes were timed "
-                  "interleaved, cold, in one process:", ""] + walls[t] + [""]
+                  "bandwidth moves while a sweep runs. Here each tier and a plain multithreaded read of the same "
+                  "bytes were timed interleaved, cold, in one process:", ""] + walls[t] + [""]
         lines += ["### A plain read timed as a row (`benchmarks/row_read.py`)", "",
                   "The bars set a row (best group mean of calls, each after the flush) against the read roofline "
                   "(best of a few reads of a large buffer, no flush). Here a plain read of each width's bytes was "
