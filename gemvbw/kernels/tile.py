@@ -152,10 +152,9 @@ def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, t
     of /proc/cpuinfo's (by default this machine's; (None, None) off x86), at ``threads`` threads (by default
     numba's count in force now, the one a kernel bound now runs on); w2's in its stacked layout unless
     ``w2_stack`` is false, whose count depends on the ``tier``'s tile (required then)."""
-    if bits == 2 and w2_stack and W2_STACK:
-        if tier is None:
-            raise ValueError("stacked w2's groups per thread depend on the tier's tile: give tier")
-        return STACKED_STREAMS[tile_rows(tier)]
+    lanes = _stacked_lanes(bits, w2_stack, tier)
+    if lanes:
+        return STACKED_STREAMS[lanes]
     alone = _for_cpu(PLAIN_STREAMS_BY_CPU, cpu)
     if (_threads_now() if threads is None else threads) > 1:
         return _for_cpu(PLAIN_STREAMS_SHARED_BY_CPU, cpu, alone)[bits]
@@ -165,11 +164,18 @@ def plain_streams(bits: int, cpu: tuple[str | None, int | None] | None = None, t
 def plain_turn(bits: int, w2_stack: bool = True, tier: str | None = None) -> int:
     """Tiles of a group that width ``bits``' plain column tile reads before the next group's turn: 1, but for
     stacked w2 (unless ``w2_stack`` is false) its ``tier``'s (required then; :data:`STACKED_TURN`)."""
-    if bits == 2 and w2_stack and W2_STACK:
-        if tier is None:
-            raise ValueError("stacked w2's turn depends on the tier's tile: give tier")
-        return STACKED_TURN[tile_rows(tier)]
-    return 1
+    lanes = _stacked_lanes(bits, w2_stack, tier)
+    return STACKED_TURN[lanes] if lanes else 1
+
+
+def _stacked_lanes(bits: int, w2_stack: bool, tier: str | None) -> int | None:
+    """The lanes of ``tier``'s tile where width ``bits`` is read stacked (w2 unless ``w2_stack`` is false), whose
+    groups per thread and turn go by them (a ValueError without a tier); None for every other tile."""
+    if not (bits == 2 and w2_stack and W2_STACK):
+        return None
+    if tier is None:
+        raise ValueError("stacked w2's groups per thread and turn depend on the tier's tile: give tier")
+    return tile_rows(tier)
 
 
 def prfm_ahead(bits: int, cpu: tuple[str | None, int | None] | None = None) -> int:
