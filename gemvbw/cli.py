@@ -230,7 +230,8 @@ def main() -> None:
               help="Activations (default auto): auto = int8 where an int8 kernel exists for this CPU, width and block (x quantized per block on the fly, as MNN and llama.cpp do), else f32; f32; or i8.")
 @click.option("--kernel", default=None, metavar="auto|all|NAME",
               help="Kernel variant (default auto: the fastest verified one, calibrated): all (every variant "
-                   "and tier this CPU runs), or a name (ref, rows4, packed, packed-4x2-<tier>, packed-<rows>c4-<tier>; "
+                   "and tier this CPU runs), or a name (ref, rows4, packed, packed-4x2-<tier>, packed-<rows>c4-<tier> "
+                   "and its -prfm and -1stream twins; "
                    "see gemvbw info).")
 @click.option("--seed", metavar="INT", help="Seed of the random weights and activations (default 0).")
 @click.option("--recalibrate", is_flag=True, default=None,

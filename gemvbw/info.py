@@ -127,7 +127,7 @@ def tier_lines(facts: dict) -> list[str]:
         # the preferred first: a column-tile variant where a tier has one, else the preferred tier's packed-4x2
         first = tiles[0] if tiles else next(v for v in names if v.startswith("packed-4x2-"))
         shown = ", ".join([f"{first} (preferred)" if len(names) > 1 else first] + [v for v in names if v != first])
-        # every width has each of these variants, a column tile's -prfm twin included
+        # every width has each of these variants, a column tile's -prfm and -1stream twins included
         lines.append(f"int8 tiers: {shown}: w8 w4 w3 w2 at block 64 run int8 activations "
                      "(--act auto; --kernel auto calibrates among them per shape)")
     else:

@@ -48,9 +48,10 @@ class Tier:
         return " ".join(self.cpu_flags)
 
     def variants(self) -> list[str]:
-        """The int8 variant names of this tier, the preferred first: its column tile and the tile's -prfm twin
-        where it has tiles, then packed-4x2 (every width has each)."""
-        tiles = [f"packed-{self.tile_rows}c4-{self.name}", f"packed-{self.tile_rows}c4-{self.name}-prfm"]
+        """The int8 variant names of this tier, the preferred first: its column tile, the tile's -prfm twin and
+        its -1stream twin where it has tiles, then packed-4x2 (every width has each)."""
+        tile = f"packed-{self.tile_rows}c4-{self.name}"
+        tiles = [tile, f"{tile}-prfm", f"{tile}-1stream"]
         return (tiles if self.tile_rows else []) + [f"packed-4x2-{self.name}"]
 
 

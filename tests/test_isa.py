@@ -89,7 +89,8 @@ def test_registry_holds_only_the_tiers_the_gate_allows():
     specs = kernels.i8_specs(vnni)
     assert {(s.bits, s.variant) for s in specs if "c4" in s.variant} == {
         (b, v) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")} | {
-        (b, v + "-prfm") for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")}
+        (b, v + twin) for b in (8, 4, 3, 2) for v in ("packed-16c4-avx512vnni-zmm", "packed-8c4-avxvnni")
+        for twin in ("-prfm", "-1stream")}
     # the prefetching twin prefetches, the plain tile does not; each the tile's own layout (one repacked copy)
     assert {s.ahead > 0 for s in specs if s.variant.endswith("-prfm")} == {True}
     assert {s.ahead for s in specs if "c4" in s.variant and not s.variant.endswith("-prfm")} == {0}
@@ -117,6 +118,14 @@ def test_each_int8_variant_states_the_call_it_binds(monkeypatch):
         tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
         assert (tag.ahead, tag.nstreams) == (tile.prfm_ahead(2), tile.prfm_streams(2)), spec.variant
         assert spec.ahead == tag.ahead, spec.variant  # the spec states the distance its twin binds
+    # the -1stream twin: the plain tile (its layout, no prefetch) with one group per thread, one tile at a time
+    for spec in (s for s in specs if s.bits == 2 and s.variant.endswith("-1stream")):
+        tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
+        plain = next(s for s in specs if s.bits == 2 and s.variant == spec.variant.removesuffix("-1stream"))
+        assert (tag.ahead, tag.nstreams, tag.turn, spec.ahead) == (0, 1, 1, 0), spec.variant
+        assert spec.layout == plain.layout and tag.w2_stack == tile.W2_STACK, spec.variant
+    for t in (t for t in tile.tile_tiers() if by_name(t).arch == ARCH):
+        assert {f"packed-{tile.tile_rows(t)}c4-{t}-1stream"} <= {s.variant for s in specs if s.bits == 2}, t
 
 
 TWO = dict.fromkeys((8, 4, 3, 2), 2)
@@ -167,14 +176,19 @@ def test_the_tiles_read_as_many_groups_as_the_cpu_was_measured_to_want(monkeypat
         for threads, counts in ((1, plain), (2, shared)):
             monkeypatch.setattr(tile, "_threads_now", lambda: threads)  # the count in force when a kernel is bound
             for spec in tiles:
-                groups = twin[bits] if spec.variant.endswith("-prfm") else wanted(counts, spec)
+                one = spec.variant.endswith("-1stream")  # one group per thread whatever the CPU and threads
+                groups = 1 if one else twin[bits] if spec.variant.endswith("-prfm") else wanted(counts, spec)
                 tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
-                turn = 1 if spec.variant.endswith("-prfm") or bits != 2 else turns[tile.tile_rows(spec.tier)]
+                turn = 1 if one or spec.variant.endswith("-prfm") or bits != 2 else turns[tile.tile_rows(spec.tier)]
                 assert (tag.nstreams, tag.turn) == (groups, turn), spec.variant
                 # a tag built without a count (benchmarks/tile_variants.py's "default") is the plain tile's
                 assert tile.TileTag(spec.tier, bits, 2).nstreams == wanted(counts, spec)
         for spec in tiles:
             alone, more = wanted(plain, spec), wanted(shared, spec)
+            if spec.variant.endswith("-1stream"):
+                assert ", one group of rows at once per thread" in spec.description, spec.description
+                assert "groups of rows" not in spec.description and "in turn" not in spec.description
+                continue
             if spec.variant.endswith("-prfm"):
                 said = f", {twin[bits]} groups of rows at once per thread" if twin[bits] != 2 else None
             elif alone != more:
@@ -216,7 +230,7 @@ def test_the_prefetching_twins_prefetch_as_far_ahead_at_every_thread_count(monke
     for bits in tile.WIDTHS:
         qm = random_quantized(8, 128, bits=bits, block=64)
         tiles = [s for s in specs if s.bits == bits and "c4" in s.variant]
-        assert len(tiles) == 2 * len(tile.tile_tiers()), bits
+        assert len(tiles) == 3 * len(tile.tile_tiers()), bits  # the plain tile, its -prfm and -1stream twins
         for spec in tiles:
             tag = spec.kernel_args(qm, *kernels.typed_like(qm), 2)[0]
             prfm = spec.variant.endswith("-prfm")

@@ -224,11 +224,13 @@ def _describe(fn) -> str:
 # - packed-4x2-<tier>: four rows x two blocks per step, each row's codes against a vector of activations
 #   (gemvbw.kernels.packed), every width, every tier;
 # - packed-<R>c4-<tier>: column tiles of R rows, four weights of a row per 32-bit lane against four
-#   activations broadcast (gemvbw.kernels.tile), every width on the VNNI tiers (w3 two whole codes and a split one to a byte).
+#   activations broadcast (gemvbw.kernels.tile), every width on the VNNI tiers (w3 two whole codes and a split one to a byte),
+#   each with a -prfm twin that prefetches ahead and a -1stream twin that reads one group of rows per thread.
 # The alias "packed" means the preferred one of them: a column tile where the tier has one (each tier's
 # tile_priority, above every packed-4x2; measured, see gemvbw.kernels.tile).
 PACKED_PREFIX = "packed-4x2-"
 PRFM_SUFFIX = "-prfm"  # a column tile that prefetches ahead in its stream (XNNPACK names its own so)
+ONE_STREAM_SUFFIX = "-1stream"  # a column tile that reads one group of rows per thread (gemvbw.kernels.tile.ONE_STREAM)
 ALIASES = {"packed": "packed-"}
 
 
@@ -241,11 +243,12 @@ def _packed_args(tier: str) -> Callable[..., tuple]:
     return args
 
 
-def _tile_args(tier: str, ahead: int, nstreams: int | None, w2_stack: bool) -> Callable[..., tuple]:
+def _tile_args(tier: str, ahead: int, nstreams: int | None, w2_stack: bool,
+               turn: int | None = None) -> Callable[..., tuple]:
     def args(qm: QuantizedMatrix, x: np.ndarray, y: np.ndarray, chunks: int) -> tuple:
         from gemvbw.kernels import tile
 
-        return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams, w2_stack=w2_stack)
+        return tile.kernel_args(tier, qm, x, y, chunks, ahead, nstreams=nstreams, w2_stack=w2_stack, turn=turn)
 
     return args
 
@@ -295,20 +298,27 @@ def i8_specs(usable_tiers) -> list[KernelSpec]:
                 # stacked tiles read ahead lost on Zen 4, and the twin is what Intel and Zen 5 were measured to want)
                 stacked = tile.W2_STACK and bits == 2
                 turn = tile.plain_turn(bits, stacked, t.name)
-                ways = [("", tile.PREFETCH_AHEAD[bits], None, stacked, _groups(alone, shared) + (
-                    f"; w2 as four rows per lane, one to each 2-bit field (tiles of {4 * rows} rows"
-                    f"{', two tiles of a group in turn' if turn == 2 else ''})" if stacked else "")
+                layout = (f"; w2 as four rows per lane, one to each 2-bit field (tiles of {4 * rows} rows"
+                          if stacked else "")
+                ways = [("", tile.PREFETCH_AHEAD[bits], None, None, stacked, _groups(alone, shared) + (
+                    f"{layout}{', two tiles of a group in turn' if turn == 2 else ''})" if stacked else "")
                 )] + ([(
-                    PRFM_SUFFIX, ahead, twin, False,
+                    PRFM_SUFFIX, ahead, twin, None, False,
                     f"; prefetches {ahead} bytes ahead in its stream ({hint}){_groups(twin)}"
-                )] if ahead else [])
+                )] if ahead else []) + [(
+                    # the plain tile with one group per thread (it reads two or more): for memory that serves one
+                    # stream per core best, which no per-CPU table can foresee (tile.ONE_STREAM)
+                    ONE_STREAM_SUFFIX, tile.PREFETCH_AHEAD[bits], tile.ONE_STREAM, 1, stacked,
+                    f", one group of rows at once per thread{layout + ')' if stacked else ''}"
+                )]
                 specs += [_i8_spec(
                     bits, f"packed-{rows}c4-{t.name}{suffix}",
                     f"int8 activations, weights repacked in column tiles of {rows} rows x 4 weights per lane, four "
                     f"activations broadcast per instruction{what}; {t.summary}",
-                    _tile_args(t.name, ahead, nstreams, stack), priority=t.tile_priority - (1 if suffix else 0),
+                    _tile_args(t.name, ahead, nstreams, stack, each_turn),
+                    priority=t.tile_priority - {"": 0, PRFM_SUFFIX: 1, ONE_STREAM_SUFFIX: 2}[suffix],
                     tier=t.name, layout=tile.layout_key(t.name, bits, w2_stack=stack), ahead=ahead)
-                    for suffix, ahead, nstreams, stack, what in ways]
+                    for suffix, ahead, nstreams, each_turn, stack, what in ways]
     return specs
 
 

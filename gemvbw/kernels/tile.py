@@ -248,6 +248,18 @@ W2_STACK = True
 # group in turns of two lost (78-81 %), and so did turns of four (75-85 %) and half-tile turns (README).
 STACKED_STREAMS = {16: 2, 8: 4}
 STACKED_TURN = {16: 2, 8: 1}
+# Every count above was measured where a plain read gains from more streams per thread. Where it does not, one group
+# per thread wins, and no per-CPU table can say so ahead of time: it is the memory's state, not the CPU's. Seen on a
+# Zen 5 VM whose reads with 4 or 8 streams got 26-53 % of one (see PRFM_STREAMS_BY_CPU), and on the Zen 4 VM of these
+# tables in spells of tens of minutes (2026-12-07 ~11:25 and 13:50-14:20 UTC: 1-thread reads at 22-26 GB/s instead
+# of 33-36, one stream the fastest read at 1 and 2 threads). In such a spell (tile_variants.py, 16c4-zmm, 9 rounds,
+# % of the fastest read, 1 group / 2 / the plain tile's count): 2 threads w4 89 / 80 / 76 (4 groups), w2 89 / 87 /
+# 86 (2 in turns of two); 1 thread w4 86 / 85 / 86, w2 93 / 89 / 85; at 11:25, w2 2 threads 94 against 75, w4 1
+# thread 91 against 73. Outside them one group loses: 1 thread w8 88 against 95, w4 83 against 98 (the counts
+# above), 2 threads w2 93 against 97, w8 96 against 98 (13:16 UTC). So every plain tile that reads more than one
+# group has a -1stream twin (gemvbw.kernels.ONE_STREAM_SUFFIX) reading ONE_STREAM, in turns of one tile, and
+# --kernel auto calibrates both on the machine as it is.
+ONE_STREAM = 1
 
 
 def tile_tiers() -> list[str]:
