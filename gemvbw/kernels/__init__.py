@@ -224,8 +224,8 @@ def _describe(fn) -> str:
 # - packed-4x2-<tier>: four rows x two blocks per step, each row's codes against a vector of activations
 #   (gemvbw.kernels.packed), every width, every tier;
 # - packed-<R>c4-<tier>: column tiles of R rows, four weights of a row per 32-bit lane against four
-#   activations broadcast (gemvbw.kernels.tile), every width on the VNNI tiers (w3 two whole codes and a split one to a byte),
-#   each with a -prfm twin that prefetches ahead and a -1stream twin that reads one group of rows per thread.
+#   activations broadcast (gemvbw.kernels.tile), every width on the VNNI tiers (w3 two whole codes and a split one
+#   to a byte), each with a -prfm twin that prefetches ahead and a -1stream twin reading one group of rows per thread.
 # The alias "packed" means the preferred one of them: a column tile where the tier has one (each tier's
 # tile_priority, above every packed-4x2; measured, see gemvbw.kernels.tile).
 PACKED_PREFIX = "packed-4x2-"
