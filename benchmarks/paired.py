@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 from flush_option import add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags  # benchmarks/
 from gemvbw.settings import SettingsError, parse_shape
-from run import AT_WALL, MNN_BAR as BAR, gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
-from run import meets_mnn_bar as meets_bar
+from bars import AT_WALL, MNN_BAR as BAR, beside, meets_mnn_bar as meets_bar  # benchmarks/
+from run import gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
 
 
 class Round(NamedTuple):
@@ -95,8 +95,9 @@ def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
         ratios = [r.mnn_us[bits] / r.gemvbw_us[bits] for r in both]
         met = sum(meets_bar(q, r.gemvbw_pct_read[bits]) for q, r in zip(ratios, both))
         theirs = [100 * mnn_gbps(r.mnn_us[bits], shape, bits) / r.read_gbps for r in both]
-        lines.append(f"w{bits} | {' '.join(f'{q:.2f}' for q in ratios)} | {statistics.median(ratios):.2f} | "
-                     f"{met} of {len(both)} | {' '.join(f'{r.gemvbw_pct_read[bits]:.0f}' for r in both)} | "
+        lines.append(f"w{bits} | {' '.join(beside(q, BAR, 2) for q in ratios)} | "
+                     f"{beside(statistics.median(ratios), BAR, 2)} | {met} of {len(both)} | "
+                     f"{' '.join(beside(r.gemvbw_pct_read[bits], AT_WALL, 0) for r in both)} | "
                      f"{' '.join(f'{p:.0f}' for p in theirs)} | {variants(both, bits)}")
     return lines + ["", f"A round meets the bar with MNN / gemvbw >= {BAR} or gemvbw at >= {AT_WALL:.0f} % of its read "
                     "and no slower. Rounds alternate which side runs first (MNN first in the odd-numbered ones).", ""]

@@ -63,6 +63,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from bars import AT_WALL, LATENCY, MNN_BAR, WALL, beside, meets_mnn_bar  # benchmarks/, on sys.path when this runs
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags
 from gemvbw import system
 from gemvbw.metrics import logical_bytes
@@ -312,18 +313,6 @@ def shape_table(doc: dict, shape: str) -> list[str]:
     return lines + [""]
 
 
-# the bars of the x86 issue, at 4096x14336 cold: share of the run's read roofline, latency against w8
-WALL = {8: 90.0, 4: 90.0, 3: 85.0, 2: 85.0}
-LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
-MNN_BAR = 1.3  # MNN / gemvbw latency ...
-AT_WALL = 95.0  # ... or gemvbw at this % of its read roofline and no slower than MNN
-
-
-def meets_mnn_bar(ratio: float, gemvbw_pct_read: float) -> bool:
-    """The bar against MNN for one width: MNN / gemvbw >= 1.3, or gemvbw at >= 95 % of its read and no slower."""
-    return ratio >= MNN_BAR or (gemvbw_pct_read >= AT_WALL and ratio >= 1.0)
-
-
 def thread_counts(text: str | None) -> list[int]:
     """Thread counts from a comma list, by default 1 and all CPUs in the affinity mask."""
     return sorted({int(t) for t in text.split(",")}) if text else sorted({1, len(os.sched_getaffinity(0))})
@@ -333,19 +322,20 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336",
          mnn_reads: dict[int, tuple[float, float]] | None = None) -> list[str]:
     lines = [f"read roofline of this run: {reads(i8)} at {i8['roofline']['threads']} thread(s) (each row's %read "
              "against its own sweep's)", "",
-             "width | gemvbw (best tier) | %read (bar) | t(wN)/t(w8) (bar) | MNN / gemvbw (bar 1.3, or gemvbw >= 95% "
-             "of read and no slower)", "---|---|---|---|---"]
+             "width | gemvbw (best tier) | %read (bar) | t(wN)/t(w8) (bar) | MNN / gemvbw (bar "
+             f"{MNN_BAR}, or gemvbw >= {AT_WALL:.0f}% of read and no slower)", "---|---|---|---|---"]
     t8 = best(i8, shape, 8)
     for bits in (8, 4, 3, 2):
         r = best(i8, shape, bits)
         if r is None:
             lines.append(f"w{bits} | - | - | - | -")
             continue
-        wall = f"{r['pct_read']:.1f} ({'met' if r['pct_read'] >= WALL[bits] else 'NOT met'}, >= {WALL[bits]:.0f})"
+        wall = (f"{beside(r['pct_read'], WALL[bits], 1)} ({'met' if r['pct_read'] >= WALL[bits] else 'NOT met'}, "
+                f">= {WALL[bits]:.0f})")
         lat = "-"
         if bits in LATENCY and t8:
             q = r["best_avg_us"] / t8["best_avg_us"]
-            lat = f"{q:.2f} ({'met' if q <= LATENCY[bits] else 'NOT met'}, <= {LATENCY[bits]})"
+            lat = f"{beside(q, LATENCY[bits], 2)} ({'met' if q <= LATENCY[bits] else 'NOT met'}, <= {LATENCY[bits]})"
         vs = "-"
         if mnn and bits in mnn:
             q = mnn[bits] / r["best_avg_us"]
@@ -353,7 +343,7 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336",
             around = (mnn_reads or {}).get(bits)
             where = (f"; MNN at {share_of_reads(mnn_gbps(mnn[bits], shape, bits), around)} % of the reads around "
                      "its run") if around else ""
-            vs = f"{q:.2f} ({'met' if ok else 'NOT met'}{where})"
+            vs = f"{beside(q, MNN_BAR, 2)} ({'met' if ok else 'NOT met'}{where})"
         lines.append(f"w{bits} | {cell(r)} | {wall} | {lat} | {vs}")
     return lines + [""]
 

@@ -49,10 +49,8 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
 from gemvbw.verify import reference_gemv, verify
 
+from bars import LATENCY, beside  # benchmarks/, on sys.path when this runs
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this runs
-
-# the x86 issue's bars on t(wN)/t(w8) (the bytes' ratios are 0.53 / 0.41 / 0.29)
-LATENCY = {4: 0.56, 3: 0.44, 2: 0.32}
 
 
 def read_runs(nbytes: int, threads: int) -> dict[str, Callable[[], object]]:
@@ -173,7 +171,7 @@ def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
             if kern is not None and "w8" in fastest:
                 q = kern / med[fastest["w8"]]
                 bar = f", {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}" if b in LATENCY else ""
-                ratios[2] = f"{q:.2f}{bar}"
+                ratios[2] = f"{beside(q, LATENCY[b], 2) if b in LATENCY else f'{q:.2f}'}{bar}"
         kern_cell = "- (none verified)" if kern is None else \
             f"{fastest[w].split(' ', 1)[1]} {kern:.0f} us"
         share = "-" if kern is None else f"{100 * read / kern:.0f}"

@@ -99,6 +99,44 @@ def test_bars_judge_each_width_by_the_issue_thresholds(run):
     assert w8.endswith("| 1.02 (met; MNN at 95-101 % of the reads around its run)")
 
 
+@pytest.fixture(scope="module")
+def bars(load_script):
+    return load_script("benchmarks/bars.py", "bench_bars")
+
+
+def test_a_figure_beside_its_bar_never_rounds_across_it(bars):
+    assert bars.beside(89.98, 90.0, 1) == "89.98"  # not "90.0" beside "NOT met, >= 90"
+    assert bars.beside(0.3227, 0.32, 2) == "0.323"  # not "0.32" beside "NOT met, <= 0.32"
+    assert bars.beside(1.2996, 1.3, 2) == "1.2996"  # 1.300 would still read as the bar itself
+    assert bars.beside(0.31999, 0.32, 2) == "0.31999"  # under a <= bar: not shown as the bar either
+    assert bars.beside(90.4, 90.0, 0) == "90.4"  # printed as the bar itself would leave the side open
+    assert bars.beside(90.06, 90.0, 1) == "90.1" and bars.beside(94.6, 95.0, 0) == "94.6"
+    assert bars.beside(1.3, 1.3, 2) == "1.30" and bars.beside(0.5, 0.56, 2) == "0.50"  # on the bar, or far off
+    assert bars.beside(1.3 + 1e-9, 1.3, 2) == repr(1.3 + 1e-9)  # closer than any decimals it prints
+
+
+def test_bars_near_the_thresholds_print_what_they_judge(run):
+    def row(bits, us, pct):
+        return {"M": 4096, "K": 14336, "bits": bits, "best_avg_us": us, "eff_gbps": 30.0, "pct_read": pct,
+                "variant": "packed-4x2-x"}
+
+    # run 59's 1-thread sweep: w4 at 89.98 % of its read, w2 at 486.1 / 1506.1 = 0.3227 of w8's latency
+    i8 = {"roofline": {"read_gbps": 43.1, "threads": 1},
+          "results": [row(8, 1506.1, 94.4), row(4, 851.8, 89.98), row(2, 486.1, 86.0)]}
+    lines = run.bars(i8, {8: 2225.6, 4: 1712.5, 2: 631.9})
+    cells = {line.split(" | ")[0]: line.split(" | ")[2:] for line in lines if line.startswith("w")}
+    assert cells["w4"][:2] == ["89.98 (NOT met, >= 90)", "0.57 (NOT met, <= 0.56)"]  # 0.5656: no need
+    assert cells["w2"][1] == "0.323 (NOT met, <= 0.32)"
+    assert cells["w2"][2] == "1.2999 (NOT met)"  # 631.9 / 486.1: under 1.3, and gemvbw under 95 % of its read
+
+
+def test_paired_rounds_print_a_ratio_under_the_bar_under_it(paired):
+    rounds = [paired.Round({8: 1299.0}, {8: 1000.0}, {8: 94.6}, 40.0, True, {8: "a"}),
+              paired.Round({8: 1302.0}, {8: 1000.0}, {8: 95.2}, 40.0, False, {8: "a"})]
+    w8 = next(line for line in paired.table(rounds, "4096x14336", 1) if line.startswith("w8 |")).split(" | ")
+    assert w8[1:5] == ["1.299 1.302", "1.3005", "1 of 2", "94.6 95.2"]
+
+
 def test_empty_call_as_each_record_states_it(run):
     assert run._empty_call({"call_overhead_us": 1.62}) == "empty parallel call 1.6 us warm"  # an older record
     assert run._empty_call({"call_overhead_us": 0.2, "call_overhead_cold_us": 9.44, "call_overhead_serial": True}) \
