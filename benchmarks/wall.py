@@ -170,8 +170,8 @@ def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
             ratios[:2] = f"{nbytes[b] / nbytes[8]:.2f}", f"{read / med[reads['w8']]:.2f}"
             if kern is not None and "w8" in fastest:
                 q = kern / med[fastest["w8"]]
-                bar = f", {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}" if b in LATENCY else ""
-                ratios[2] = f"{beside(q, LATENCY[b], 2) if b in LATENCY else f'{q:.2f}'}{bar}"
+                ratios[2] = (f"{beside(q, LATENCY[b], 2)}, {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}"
+                             if b in LATENCY else f"{q:.2f}")
         kern_cell = "- (none verified)" if kern is None else \
             f"{fastest[w].split(' ', 1)[1]} {kern:.0f} us"
         share = "-" if kern is None else f"{100 * read / kern:.0f}"
