@@ -12,7 +12,7 @@ reads at once; gemvbw's kernels use 2, w3's and w2's twins 4 on Intel), ``turn``
 the next group's turn, 1 or 2: gemvbw's kernels 1 but for stacked w2 on 16c4, 2), ``split`` (w3 only: 1 its codes
 two whole and one split to a byte, gemvbw's layout; 0 two bit planes) and ``stack`` (w2 only: 1 four rows to a
 byte, its plain tile's layout, reading tile.STACKED_STREAMS groups per thread in turns of tile.STACKED_TURN tiles,
-2 in turns of two on 16c4 and 4 in turns of one on 8c4, unless ``streams`` or ``turn`` says otherwise; 0 one row's
+2 in turns of two on 16c4 and 2 in turns of one on 8c4, unless ``streams`` or ``turn`` says otherwise; 0 one row's
 four groups to a byte, its -prfm twin's); variants are separated by semicolons, and an empty one is gemvbw's own
 kernel (:class:`gemvbw.kernels.tile.TileTag` and
 :class:`gemvbw.kernels.packed.KernelTag` hold the defaults).

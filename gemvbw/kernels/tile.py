@@ -232,21 +232,26 @@ W3_SPLIT = True
 # 8: 47, against 97-98 with 1), and so did reading ahead (prefetcht0 4 KiB: 61 % with 1 group, 54 with 2). The
 # 256-bit tile (8c4, 32 rows, 640 B a step) is the other way: it gains from groups as the other tiles do (2026-12-07
 # 07:40-07:50 UTC, 1 thread, % of the fastest read, 1 / 2 / 4 / 8 groups: 82 / 90 / 95, 82 / 89 / 92, 84 / - / 95 /
-# 87; 2 threads 83 / 93 / 93 / 90), so it reads 4 (STACKED_STREAMS). Why the 64-row tile loses with more is open:
+# 87; 2 threads 83 / 93 / 93 / 90); it read 4 until a Zen 5 VM, where a read with 4 streams gets 38-52 % of one,
+# put 4 groups at 35-41 % of the fastest read and 2 at 86-100 (1 thread; 2 threads 36-38 against 80-98), so it
+# reads 2 (STACKED_STREAMS): 3-5 points behind 4 at 1 thread on Zen 4, level at 2, 50 ahead on Zen 5 (README).
+# Why the 64-row tile loses with more is open:
 # not the cost of a step, nor its size (half-steps lost more), nor the accumulators' stores, nor streams starting at
 # one offset of a 4 KiB page (README); taking turns of two tiles, two groups gain (STACKED_TURN, below). Its -prfm
 # twin stays one row's codes per lane (the twin Intel and Zen 5 were measured to want); --kernel auto weighs both.
 # Tiles of 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
 W2_STACK = True
 # groups of rows per thread of stacked w2 (a group: one tile's 4R rows) by the tile's lanes R, on every CPU (measured
-# on Zen 4 only: above), and the tiles of a group each reads before the next group's turn (gemvbw.kernels.streams.
+# on Zen 4, and 8c4's on Zen 5: above), and the tiles of a group each reads before the next group's turn (gemvbw.kernels.streams.
 # steps_of_groups). The 512-bit tile reads 2 groups in turns of two tiles (2560 B): measured on Zen 4 (EPYC family
 # 25 model 17, 2026-12-07 10:15-10:21 UTC, 4096x14336 cold, an ad hoc copy of this turn in gemvbw's skeleton, y bit
 # for bit gemvbw's, interleaved with reads of the same bytes, 11 rounds each, % of the fastest read), 2 groups in
 # turns of two against 1 group: 1 thread 98 vs 94, 95 vs 91, 96 vs 92; 2 threads 97 vs 96, 95 vs 91, 93 vs 83 (the
 # last two in the host's fast mode, reads at 60-64 GB/s). 4 groups in turns of two: 96, 93, 92 (1 thread); 1
 # group in turns of two lost (78-81 %), and so did turns of four (75-85 %) and half-tile turns (README).
-STACKED_STREAMS = {16: 2, 8: 4}
+# The 256-bit tile's 2 groups in turns of two lost to turns of one on the Zen 5 (2026-12-07 19:39 UTC, 7 rounds,
+# 86 vs 89 % at 1 thread, 95 vs 98 at 2).
+STACKED_STREAMS = {16: 2, 8: 2}
 STACKED_TURN = {16: 2, 8: 1}
 # Every count above was measured where a plain read gains from more streams per thread. Where it does not, one group
 # per thread wins, and no per-CPU table can say so ahead of time: it is the memory's state, not the CPU's. Seen on a
