@@ -84,6 +84,25 @@ def check_options(fmt: str, tier: str, variants: dict[str, dict[str, int]]) -> N
             packed.KernelTag(tier, 8, **options)
 
 
+LARGEST_GROUP = max(tile.group_rows(t, 2) for t in tile.tile_tiers())  # stacked w2 on 16c4: 64 rows
+
+
+def mismatch(outs: list[np.ndarray]) -> str:
+    """Where the variants' y differ bit for bit, and why when it is only the rows some layout leaves over: a tile
+    of 4R rows (stacked w2) leaves up to 4R - 1 rows to the width's f32 loop, which rounds differently from a
+    tile that reads them."""
+    differ = np.zeros(outs[0].shape[0], bool)
+    for o in outs[1:]:
+        differ |= outs[0] != o
+    rows = np.flatnonzero(differ)
+    M = differ.shape[0]
+    said = f"{rows.size} of {M} rows, the first {rows[0]}"
+    if rows[0] >= M - M % LARGEST_GROUP:
+        said += (f": only rows after the last {LARGEST_GROUP}-row group, which some layouts leave to the f32 loop;"
+                 f" an M that is a multiple of {LARGEST_GROUP} compares every row")
+    return said
+
+
 def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, int]], threads: int, rounds: int,
             calls: int = 20, fmt: str = "c4", flush_mib: int = SWEEP_FLUSH_MIB) -> tuple[dict[str, float], int]:
     x = random_activations(K, 0)
@@ -97,7 +116,7 @@ def measure(M: int, K: int, bits: int, tier: str, variants: dict[str, dict[str, 
         run(x, y)
         outs.append(y.copy())
     if not all(np.array_equal(outs[0], o) for o in outs[1:]):
-        raise SystemExit(f"w{bits}: the variants give different y; not timed")
+        raise SystemExit(f"w{bits}: the variants give different y; not timed ({mismatch(outs)})")
     spec = kernels.variants(bits, "i8")[0]  # the int8 kernels' reference: x quantized per block, and tolerance
     err = relative_error(outs[0], *reference_gemv(qm, spec.reference_x(x, qm.block)))
     if not err <= spec.tolerance:

@@ -274,6 +274,21 @@ def test_tile_variants_are_read_as_tile_tag_options(load_script):
             variants.parse_variants(bad)
 
 
+def test_tile_variants_says_where_the_variants_y_differ(load_script):
+    # a shape whose M is not a multiple of 64 leaves rows to the f32 loop in some layouts and not in others, so
+    # their y differ there by rounding: the message must say so rather than leave it looking like a wrong kernel
+    variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
+    assert variants.LARGEST_GROUP == 64
+    a = np.arange(160, dtype=np.float32)
+    tail, early = a.copy(), a.copy()
+    tail[[130, 159]] += 1
+    early[[3, 130]] += 1
+    said = variants.mismatch([a, a, tail])
+    assert said.startswith("2 of 160 rows, the first 130: only rows after the last 64-row group")
+    assert "an M that is a multiple of 64 compares every row" in said
+    assert variants.mismatch([a, early, tail]) == "3 of 160 rows, the first 3"
+
+
 def test_tile_variants_checks_what_each_format_can_build(load_script):
     variants = load_script("benchmarks/tile_variants.py", "bench_tile_variants")
     prfm = {"default": {}, "t0": {"ahead": 4096, "locality": 3}}
