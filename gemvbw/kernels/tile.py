@@ -242,8 +242,8 @@ W3_SPLIT = True
 # Tiles of 4R rows leave up to 4R - 1 rows of M to the width's f32 loop (M a multiple of 64 leaves none).
 W2_STACK = True
 # groups of rows per thread of stacked w2 (a group: one tile's 4R rows) by the tile's lanes R, on every CPU (measured
-# on Zen 4, and 8c4's on Zen 5: above), and the tiles of a group each reads before the next group's turn (gemvbw.kernels.streams.
-# steps_of_groups). The 512-bit tile reads 2 groups in turns of two tiles (2560 B): measured on Zen 4 (EPYC family
+# on Zen 4, and 8c4's on Zen 5: above), and the tiles of a group each reads before the next group's turn
+# (gemvbw.kernels.streams.steps_of_groups). The 512-bit tile reads 2 groups in turns of two tiles (2560 B): measured on Zen 4 (EPYC family
 # 25 model 17, 2026-12-07 10:15-10:21 UTC, 4096x14336 cold, an ad hoc copy of this turn in gemvbw's skeleton, y bit
 # for bit gemvbw's, interleaved with reads of the same bytes, 11 rounds each, % of the fastest read), 2 groups in
 # turns of two against 1 group: 1 thread 98 vs 94, 95 vs 91, 96 vs 92; 2 threads 97 vs 96, 95 vs 91, 93 vs 83 (the
