@@ -18,6 +18,11 @@ def meets_mnn_bar(ratio: float, gemvbw_pct_read: float) -> bool:
     return ratio >= MNN_BAR or (gemvbw_pct_read >= AT_WALL and ratio >= 1.0)
 
 
+def verdict(value: float, bar: float, at_most: bool = False) -> str:
+    """"met" or "NOT met": ``value`` at least ``bar`` (a share of the read), or at most it (a latency ratio)."""
+    return "met" if (value <= bar if at_most else value >= bar) else "NOT met"
+
+
 def beside(value: float, bar: float, digits: int) -> str:
     """``value`` with ``digits`` decimals, or with as many more as it takes for the figure printed to fall on the
     same side of ``bar`` as the value itself: a 0.3227 against a bar of 0.32 prints as 0.323 and an 89.98 against

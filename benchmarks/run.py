@@ -63,7 +63,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from bars import AT_WALL, LATENCY, MNN_BAR, WALL, beside, meets_mnn_bar  # benchmarks/, on sys.path when this runs
+from bars import AT_WALL, LATENCY, MNN_BAR, WALL, beside, meets_mnn_bar, verdict  # benchmarks/, on sys.path when this runs
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags
 from gemvbw import system
 from gemvbw.metrics import logical_bytes
@@ -330,12 +330,11 @@ def bars(i8: dict, mnn: dict[int, float] | None, shape: str = "4096x14336",
         if r is None:
             lines.append(f"w{bits} | - | - | - | -")
             continue
-        wall = (f"{beside(r['pct_read'], WALL[bits], 1)} ({'met' if r['pct_read'] >= WALL[bits] else 'NOT met'}, "
-                f">= {WALL[bits]:.0f})")
+        wall = f"{beside(r['pct_read'], WALL[bits], 1)} ({verdict(r['pct_read'], WALL[bits])}, >= {WALL[bits]:.0f})"
         lat = "-"
         if bits in LATENCY and t8:
             q = r["best_avg_us"] / t8["best_avg_us"]
-            lat = f"{beside(q, LATENCY[bits], 2)} ({'met' if q <= LATENCY[bits] else 'NOT met'}, <= {LATENCY[bits]})"
+            lat = f"{beside(q, LATENCY[bits], 2)} ({verdict(q, LATENCY[bits], at_most=True)}, <= {LATENCY[bits]})"
         vs = "-"
         if mnn and bits in mnn:
             q = mnn[bits] / r["best_avg_us"]

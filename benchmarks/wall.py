@@ -49,7 +49,7 @@ from gemvbw.quant import random_activations, random_quantized
 from gemvbw.roofline import READ_STREAMS, _parallel_sum, _parallel_sum_streams, read_buffer
 from gemvbw.verify import reference_gemv, verify
 
-from bars import LATENCY, beside  # benchmarks/, on sys.path when this runs
+from bars import LATENCY, beside, verdict  # benchmarks/, on sys.path when this runs
 from flush_option import SWEEP_FLUSH_MIB, add_flush_mib, check_flush_mib  # benchmarks/, on sys.path when this runs
 
 
@@ -170,7 +170,7 @@ def latency_ratios(M: int, K: int, widths: list[int], threads: int, rounds: int,
             ratios[:2] = f"{nbytes[b] / nbytes[8]:.2f}", f"{read / med[reads['w8']]:.2f}"
             if kern is not None and "w8" in fastest:
                 q = kern / med[fastest["w8"]]
-                ratios[2] = (f"{beside(q, LATENCY[b], 2)}, {'met' if q <= LATENCY[b] else 'NOT met'} <= {LATENCY[b]}"
+                ratios[2] = (f"{beside(q, LATENCY[b], 2)}, {verdict(q, LATENCY[b], at_most=True)} <= {LATENCY[b]}"
                              if b in LATENCY else f"{q:.2f}")
         kern_cell = "- (none verified)" if kern is None else \
             f"{fastest[w].split(' ', 1)[1]} {kern:.0f} us"

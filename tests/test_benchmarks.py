@@ -115,6 +115,11 @@ def test_a_figure_beside_its_bar_never_rounds_across_it(bars):
     assert bars.beside(1.3 + 1e-9, 1.3, 2) == repr(1.3 + 1e-9)  # closer than any decimals it prints
 
 
+def test_a_bar_is_met_on_its_own_side(bars):
+    assert [bars.verdict(v, 90.0) for v in (89.98, 90.0, 90.1)] == ["NOT met", "met", "met"]  # a share: at least
+    assert [bars.verdict(v, 0.32, at_most=True) for v in (0.3227, 0.32, 0.31)] == ["NOT met", "met", "met"]
+
+
 def test_bars_near_the_thresholds_print_what_they_judge(run):
     def row(bits, us, pct):
         return {"M": 4096, "K": 14336, "bits": bits, "best_avg_us": us, "eff_gbps": 30.0, "pct_read": pct,
