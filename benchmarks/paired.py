@@ -1,20 +1,23 @@
 """MNN and gemvbw in the same minutes: the MNN bar of the x86 issue from rounds of the two side by side.
 
     python benchmarks/paired.py --mnn-bin PATH/run_test.out [--threads 1,2] [--rounds 4] [--shape 4096x14336]
-                                [--flush-mib N] [--md PATH]
+                                [--bits 8,4,3,2] [--flush-mib N] [--md PATH]
 
 run.py sets MNN's better run beside gemvbw's better sweep, each taken minutes from the other; on a host
 whose bandwidth moves 2x within a minute, that ratio is as much the minutes' as the kernels'. Here, per thread
-count, each round runs MNN's `run_test.out speed/GemvBW 0 2 T` and gemvbw's default `gemvbw sweep` (--kernel
-auto, --act auto, 3 groups of 200 cold calls, every kernel verified first: the method of MNN's test) back to back
-on the same shape, the order swapped every round so that a drift within a round favours neither side over two.
-Per width it prints each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar
-(ratio >= 1.3, or gemvbw at >= 95 % of its read roofline and no slower) and each side's share of the read
-roofline gemvbw's sweep measured in that round (MNN's taken within a minute of it, not during it), and which
-kernel gemvbw's calibration chose in each round, so that a round lost to a choice shows as one. Both sides
-read the sweep's default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB).
-Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the
-script with that error.
+count and width, each round runs MNN's `run_test.out speed/GemvBW 0 2 T` for that width (MNN_GEMVBW_BITS) and
+gemvbw's default `gemvbw sweep --bits N` (--kernel auto, --act auto, 3 groups of 200 cold calls, every kernel
+verified first: the method of MNN's test) back to back on the same shape, some 20 s for the pair at 4096x14336,
+the order swapped every round so that a drift within a round favours neither side over two. (Until 2026-12-07 a
+round ran each side on every width, a minute or more between one side's w8 and the other's.) Per width it prints
+each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar (ratio >= 1.3, or gemvbw at
+>= 95 % of its read roofline and no slower), the read roofline gemvbw's sweep measured just before timing the
+width, each side's share of it (MNN's taken seconds from it, not during it), and which kernel gemvbw's
+calibration chose in each round, so that a round lost to a choice shows as one. Both sides read the sweep's
+default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB). A build of MNN that
+ignores MNN_GEMVBW_BITS times every width each time (slower; only the one asked for is kept). Nothing is
+asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the script with that
+error.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ from bars import AT_WALL, MNN_BAR as BAR, beside, meets_mnn_bar as meets_bar  # 
 from run import gemvbw, mnn_gbps, run_mnn, thread_counts  # benchmarks/
 
 
+WIDTHS = (8, 4, 3, 2)
+
+
 class Round(NamedTuple):
-    """One round at one thread count and shape: per width MNN's and gemvbw's us/iter, gemvbw's %read, and the
-    read roofline (GB/s) of gemvbw's sweep in the round; ``mnn_first``: the order they ran in;
-    ``gemvbw_variant``: per width the kernel ``--kernel auto`` timed in that round (its calibration may choose
-    another one in the next)."""
+    """One round at one thread count, shape and width: MNN's and gemvbw's us/iter and gemvbw's %read, each keyed
+    by the width (empty where a side gave no figure), and the read roofline (GB/s) of gemvbw's sweep in the
+    round; ``mnn_first``: the order they ran in; ``gemvbw_variant``: the kernel ``--kernel auto`` timed in that
+    round (its calibration may choose another one in the next)."""
     mnn_us: dict[int, float]
     gemvbw_us: dict[int, float]
     gemvbw_pct_read: dict[int, float]
@@ -50,15 +56,16 @@ def mnn_first(index: int) -> bool:
     return index % 2 == 0
 
 
-def run_round(mnn_bin: str, threads: int, shape: str, index: int, flush_mib: int | None = None) -> Round:
-    """``flush_mib`` None: the sweep's default flush, MNN told the same."""
+def run_round(mnn_bin: str, threads: int, shape: str, index: int, bits: int, flush_mib: int | None = None) -> Round:
+    """Round ``index`` of width ``bits``; ``flush_mib`` None: the sweep's default flush, MNN told the same."""
     M, K = shape.split("x")
 
     def ours() -> dict:
-        return gemvbw("sweep", "--M", M, "--K", K, *sweep_flush_flags(flush_mib), "--threads", str(threads))
+        return gemvbw("sweep", "--M", M, "--K", K, "--bits", str(bits), *sweep_flush_flags(flush_mib),
+                      "--threads", str(threads))
 
     def theirs() -> dict[int, float]:
-        widths = run_mnn(mnn_bin, threads, shape, flush_mib_or_sweeps(flush_mib))[1]
+        widths = run_mnn(mnn_bin, threads, shape, flush_mib_or_sweeps(flush_mib), bits)[1]
         if not widths:
             raise SystemExit(f"MNN printed no figures for {shape}: a build that ignores MNN_GEMVBW_M/K runs only "
                              "4096x14336 (see benchmarks/peers/README.md)")
@@ -82,15 +89,18 @@ def variants(rounds: list[Round], bits: int) -> str:
 
 
 def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
-    """The markdown of one thread count's rounds on one shape."""
-    reads = ", ".join(f"{r.read_gbps:.1f}" for r in rounds)
-    lines = [f"#### {shape}, {threads} thread(s), {len(rounds)} rounds (read roofline per round: {reads} GB/s)", "",
+    """The markdown of one thread count's rounds on one shape (each width's rounds in the order they ran)."""
+    ran = {bits: sum(bits in r.gemvbw_us or bits in r.mnn_us for r in rounds) for bits in WIDTHS}
+    ran = {bits: n for bits, n in ran.items() if n}  # the widths asked for (--bits)
+    count = max(ran.values(), default=0)
+    lines = [f"#### {shape}, {threads} thread(s), {count} rounds per width", "",
              "width | MNN / gemvbw per round | median | rounds meeting the bar | gemvbw %read per round | "
-             "MNN % of the round's read | gemvbw's variant per round (--kernel auto)", "---|---|---:|---:|---|---|---"]
-    for bits in (8, 4, 3, 2):
+             "MNN % of the round's read | read GB/s per round | gemvbw's variant per round (--kernel auto)",
+             "---|---|---:|---:|---|---|---|---"]
+    for bits in ran:
         both = [r for r in rounds if bits in r.mnn_us and bits in r.gemvbw_us]
         if not both:
-            lines.append(f"w{bits} | - | - | - | - | - | -")
+            lines.append(f"w{bits} | - | - | - | - | - | - | -")
             continue
         ratios = [r.mnn_us[bits] / r.gemvbw_us[bits] for r in both]
         met = sum(meets_bar(q, r.gemvbw_pct_read[bits]) for q, r in zip(ratios, both))
@@ -98,9 +108,12 @@ def table(rounds: list[Round], shape: str, threads: int) -> list[str]:
         lines.append(f"w{bits} | {' '.join(beside(q, BAR, 2) for q in ratios)} | "
                      f"{beside(statistics.median(ratios), BAR, 2)} | {met} of {len(both)} | "
                      f"{' '.join(beside(r.gemvbw_pct_read[bits], AT_WALL, 0) for r in both)} | "
-                     f"{' '.join(f'{p:.0f}' for p in theirs)} | {variants(both, bits)}")
+                     f"{' '.join(f'{p:.0f}' for p in theirs)} | {' '.join(f'{r.read_gbps:.1f}' for r in both)} | "
+                     f"{variants(both, bits)}")
     return lines + ["", f"A round meets the bar with MNN / gemvbw >= {BAR} or gemvbw at >= {AT_WALL:.0f} % of its read "
-                    "and no slower. Rounds alternate which side runs first (MNN first in the odd-numbered ones).", ""]
+                    "and no slower. Each round is one width: MNN's test on that width and gemvbw's sweep of it back "
+                    "to back, MNN first in the odd-numbered rounds; the read is the one gemvbw's sweep measured "
+                    "just before timing the width.", ""]
 
 
 def main() -> int:
@@ -109,6 +122,7 @@ def main() -> int:
     ap.add_argument("--threads", help="thread counts, comma list (default: 1 and all CPUs in the affinity mask)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per thread count and shape (default 4)")
     ap.add_argument("--shape", action="append", help="MxK, repeatable (default 4096x14336)")
+    ap.add_argument("--bits", default="8,4,3,2", help="widths, comma list of 8, 4, 3, 2 (default all four)")
     add_flush_mib(ap, "MiB both sides read before every call", sweep_default=True)
     ap.add_argument("--md", help="also write the tables to this markdown file")
     args = ap.parse_args()
@@ -124,11 +138,15 @@ def main() -> int:
         ap.error(str(e))
     if args.threads and not re.fullmatch(r"[1-9]\d*(,[1-9]\d*)*", args.threads):
         ap.error(f"--threads {args.threads}: a comma list of positive integers, e.g. 1,2")
+    if not re.fullmatch(r"[8432](,[8432])*", args.bits):
+        ap.error(f"--bits {args.bits}: a comma list of widths among 8, 4, 3, 2, e.g. 8,4")
+    widths = [b for b in WIDTHS if str(b) in args.bits.split(",")]
     counts = thread_counts(args.threads)
     lines = []
     for shape in shapes:
         for t in counts:
-            rounds = [run_round(args.mnn_bin, t, shape, i, args.flush_mib) for i in range(args.rounds)]
+            rounds = [run_round(args.mnn_bin, t, shape, i, bits, args.flush_mib)
+                      for i in range(args.rounds) for bits in widths]
             md = table(rounds, shape, t)
             print("\n".join(md), flush=True)
             lines += md

@@ -33,8 +33,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
    other shapes are left out. Then, after gemvbw's second int8 sweeps, benchmarks/paired.py
-   (--paired-rounds, default 4 per thread count, ~45 s each): MNN's test and gemvbw's default sweep back
-   to back at 4096x14336, the order swapped every round, for the MNN bar at the same minutes.
+   (--paired-rounds, default 4 per thread count, ~80 s each): width by width, MNN's test on that width and
+   gemvbw's default sweep of it back to back at 4096x14336 (~20 s a pair), the order swapped every round, for
+   the MNN bar at the same minutes.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up over the others,
 and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
 machine and the date. --flush-mib N sets the flush before every cold call on every side (gemvbw's sweeps and model
@@ -111,18 +112,24 @@ def run_ggml(binary: str) -> tuple[str, dict[str, float]]:
     return out, {m.group(1): float(m.group(4)) for m in GGML_LINE.finditer(out)}
 
 
-def run_mnn(binary: str, threads: int, shape: str, flush_mib: int = SWEEP_FLUSH_MIB) -> tuple[str, dict[int, float]]:
+def run_mnn(binary: str, threads: int, shape: str, flush_mib: int = SWEEP_FLUSH_MIB,
+            bits: int | None = None) -> tuple[str, dict[int, float]]:
     """MNN's GemvBW test as built, on one shape, reading ``flush_mib`` MiB before each call: its printed table,
-    and us/iter per width.
+    and us/iter per width (``bits``: that width only).
 
     The shape goes through MNN_GEMVBW_M/K; a build that ignores them (MNN's current test hard-codes
-    4096x14336) prints another shape in its header, and its figures are then left out."""
+    4096x14336) prints another shape in its header, and its figures are then left out. The width goes through
+    MNN_GEMVBW_BITS, as the published test reads it; a build that ignores it times every width, and only
+    ``bits``' figure is kept."""
     M, K = shape.split("x")
     cmd = [binary, "speed/GemvBW", "0", "2", str(threads)]
     flush = str(flush_mib)
-    print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K} MNN_GEMVBW_FLUSH_MIB={flush}", " ".join(cmd), file=sys.stderr,
-          flush=True)
-    env = {**os.environ, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K, "MNN_GEMVBW_FLUSH_MIB": flush}
+    width = {} if bits is None else {"MNN_GEMVBW_BITS": str(bits)}
+    print(f"+ MNN_GEMVBW_M={M} MNN_GEMVBW_K={K} MNN_GEMVBW_FLUSH_MIB={flush}",
+          *(f"{k}={v}" for k, v in width.items()), " ".join(cmd), file=sys.stderr, flush=True)
+    # a MNN_GEMVBW_BITS left in the environment would narrow a run meant to time every width
+    inherited = {k: v for k, v in os.environ.items() if k != "MNN_GEMVBW_BITS"}
+    env = {**inherited, "MNN_GEMVBW_M": M, "MNN_GEMVBW_K": K, "MNN_GEMVBW_FLUSH_MIB": flush, **width}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(binary).parent, env=env).stdout
     if f"W({M}x{K})" not in out:
         print(f"  MNN ran another shape than {shape}: its figures are left out", file=sys.stderr)
@@ -130,7 +137,13 @@ def run_mnn(binary: str, threads: int, shape: str, flush_mib: int = SWEEP_FLUSH_
     if (theirs := mnn_flush_mib(out)) != flush_mib:
         print(f"  MNN flushed {theirs} MiB before each call, gemvbw {flush_mib}: a build without "
               "the MNN_GEMVBW_FLUSH_MIB line (benchmarks/peers/README.md)", file=sys.stderr)
-    return out, {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
+    widths = {int(m.group(1)): float(m.group(3)) for m in MNN_LINE.finditer(out)}
+    if bits is not None and set(widths) - {bits}:
+        timed = " ".join(f"w{b}" for b in sorted(widths, reverse=True))
+        print(f"  MNN timed {timed} where w{bits} was asked for: a build that ignores MNN_GEMVBW_BITS "
+              f"(benchmarks/peers/README.md); only w{bits} is kept", file=sys.stderr)
+        widths = {b: us for b, us in widths.items() if b == bits}
+    return out, widths
 
 
 def mnn_flush_mib(out: str) -> int:
@@ -574,8 +587,9 @@ def main() -> int:
             lines += ["### The MNN bar at the same minutes (`benchmarks/paired.py`)", "",
                       "The MNN column above sets MNN's better run against gemvbw's better sweep, minutes apart. Here "
                       "MNN's test and gemvbw's default `gemvbw sweep` (--kernel auto, 3 groups of 200 cold calls, as "
-                      "MNN's test times) ran back to back in rounds at 4096x14336, the order swapped every round; "
-                      "each round's ratio compares the two in the same minute or so:", ""] + paired[t] + [""]
+                      "MNN's test times) ran back to back in rounds at 4096x14336, one width at a time "
+                      "(MNN_GEMVBW_BITS, --bits), the order swapped every round; each round's ratio compares the "
+                      "two some 20 s apart:", ""] + paired[t] + [""]
         lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
                   "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
                   "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "

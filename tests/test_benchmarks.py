@@ -408,37 +408,64 @@ def paired(load_script):
 
 def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     calls = []
-    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0, "variant": "packed-8c4-avx512vnni"},
-                         {"bits": 4, "best_avg_us": None, "pct_read": None}],  # a row without figures
+    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0, "variant": "packed-8c4-avx512vnni"}],
              "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(("gemvbw", args)) or sweep)
-    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush: calls.append(("mnn", (binary, t, shape,
-                        flush))) or ("table", {8: 130.0, 4: 60.0}))
-    first = paired.run_round("bin", 2, "64x128", 0)
-    second = paired.run_round("bin", 2, "64x128", 1)
+    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush, bits: calls.append(
+                        ("mnn", (binary, t, shape, flush, bits))) or ("table", {8: 130.0}))
+    first = paired.run_round("bin", 2, "64x128", 0, 8)
+    second = paired.run_round("bin", 2, "64x128", 1, 8)
     assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
-    assert calls[0][1] == ("bin", 2, "64x128", sys.modules["flush_option"].SWEEP_FLUSH_MIB)  # the sweep's default
-    assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--threads", "2")  # the defaults: auto, 200 x 3
+    assert calls[0][1] == ("bin", 2, "64x128", sys.modules["flush_option"].SWEEP_FLUSH_MIB, 8)  # the sweep's flush
+    assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--bits", "8", "--threads", "2")  # auto, 200 x 3
     assert first.mnn_first and not second.mnn_first
     assert first._replace(mnn_first=False) == second
     assert first.gemvbw_us == {8: 100.0} and first.gemvbw_pct_read == {8: 96.0} and first.read_gbps == 40.0
-    assert first.mnn_us == {8: 130.0, 4: 60.0}
-    assert first.gemvbw_variant == {8: "packed-8c4-avx512vnni"}  # what auto timed, per width with figures
+    assert first.mnn_us == {8: 130.0}
+    assert first.gemvbw_variant == {8: "packed-8c4-avx512vnni"}  # what auto timed
+
+
+def test_paired_round_keeps_a_width_without_figures_out(paired, monkeypatch):
+    sweep = {"results": [{"bits": 4, "best_avg_us": None, "pct_read": None}], "roofline": {"read_gbps": 40.0}}
+    monkeypatch.setattr(paired, "gemvbw", lambda *args: sweep)
+    monkeypatch.setattr(paired, "run_mnn", lambda *args: ("table", {4: 60.0}))
+    done = paired.run_round("bin", 1, "64x128", 0, 4)
+    assert done.gemvbw_us == {} and done.mnn_us == {4: 60.0}
+    line = next(line for line in paired.table([done], "64x128", 1) if line.startswith("w4 |"))
+    assert line == "w4 | - | - | - | - | - | - | -"
 
 
 def test_paired_round_gives_both_sides_the_flush_asked_for(paired, monkeypatch):
     calls = []
-    sweep = {"results": [{"bits": 8, "best_avg_us": 100.0, "pct_read": 96.0}], "roofline": {"read_gbps": 40.0}}
+    sweep = {"results": [{"bits": 2, "best_avg_us": 100.0, "pct_read": 96.0}], "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(args) or sweep)
-    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush: calls.append(flush) or ("t", {8: 1.0}))
-    paired.run_round("bin", 1, "64x128", 0, 512)
-    assert calls == [512, ("sweep", "--M", "64", "--K", "128", "--flush-mib", "512", "--threads", "1")]
+    monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush, bits: calls.append(flush) or ("t", {2: 1.0}))
+    paired.run_round("bin", 1, "64x128", 0, 2, 512)
+    assert calls == [512, ("sweep", "--M", "64", "--K", "128", "--bits", "2", "--flush-mib", "512", "--threads", "1")]
 
 
 def test_paired_round_stops_when_mnn_ran_another_shape(paired, monkeypatch):
     monkeypatch.setattr(paired, "run_mnn", lambda *args: ("table", {}))
     with pytest.raises(SystemExit, match="MNN printed no figures for 64x128: a build that ignores MNN_GEMVBW_M/K"):
-        paired.run_round("bin", 1, "64x128", 0)
+        paired.run_round("bin", 1, "64x128", 0, 8)
+
+
+def test_paired_runs_each_width_in_its_own_rounds(paired, monkeypatch, capsys):
+    done = []
+    monkeypatch.setattr(paired, "run_round", lambda binary, t, shape, i, bits, flush: done.append((i, bits)) or
+                        paired.Round({bits: 130.0}, {bits: 100.0}, {bits: 96.0}, 40.0, i % 2 == 0, {}))
+    monkeypatch.setattr(paired, "thread_counts", lambda threads: [1])
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--rounds", "2", "--bits", "2,8"])
+    assert paired.main() == 0
+    assert done == [(0, 8), (0, 2), (1, 8), (1, 2)]  # widths in the order of the table, each round in turn
+    table = capsys.readouterr().out
+    assert "#### 4096x14336, 1 thread(s), 2 rounds per width" in table
+    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith(("w8 |", "w4 |", "w3 |", "w2 |"))]
+    assert rows == ["w8", "w2"]  # only the widths asked for
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--bits", "16"])
+    with pytest.raises(SystemExit) as stop:
+        paired.main()
+    assert stop.value.code == 2 and "--bits 16: a comma list of widths among 8, 4, 3, 2" in capsys.readouterr().err
 
 
 def test_paired_bar_is_the_ratio_or_the_wall_and_no_slower(paired):
@@ -448,19 +475,23 @@ def test_paired_bar_is_the_ratio_or_the_wall_and_no_slower(paired):
 
 def test_paired_table_sets_each_round_side_by_side(paired, run):
     shape, mib = "4096x14336", 4096 * 14336 * 1.0625 / 1e3  # w8 bytes / 1e3: GB/s from us
-    rounds = [paired.Round({8: 1300.0, 4: 1000.0}, {8: 1000.0}, {8: 90.0}, 40.0, True, {8: "a"}),
-              paired.Round({8: 1100.0}, {8: 1000.0, 4: 500.0}, {8: 96.0, 4: 99.0}, 50.0, False, {8: "b", 4: "c"}),
+    rounds = [paired.Round({8: 1300.0}, {8: 1000.0}, {8: 90.0}, 40.0, True, {8: "a"}),
+              paired.Round({4: 1000.0}, {}, {}, 45.0, True, {}),  # gemvbw gave no w4 figure
+              paired.Round({8: 1100.0}, {8: 1000.0}, {8: 96.0}, 50.0, False, {8: "b"}),
+              paired.Round({}, {4: 500.0}, {4: 99.0}, 55.0, False, {4: "c"}),  # MNN gave none
               paired.Round({8: 1200.0}, {8: 1000.0}, {8: 80.0}, 30.0, True, {8: "a"})]
     lines = paired.table(rounds, shape, 2)
-    assert lines[0] == "#### 4096x14336, 2 thread(s), 3 rounds (read roofline per round: 40.0, 50.0, 30.0 GB/s)"
+    assert lines[0] == "#### 4096x14336, 2 thread(s), 3 rounds per width"
     w8 = next(line for line in lines if line.startswith("w8 |")).split(" | ")
     # 1.30 meets the ratio, 1.10 with gemvbw at 96 % meets the wall clause, 1.20 at 80 % meets neither
     assert w8[1:5] == ["1.30 1.10 1.20", "1.20", "2 of 3", "90 96 80"]
     assert w8[5] == " ".join(f"{100 * mib / us / read:.0f}" for us, read in ((1300, 40), (1100, 50), (1200, 30)))
     assert w8[5] == "120 113 173" and f"{100 * run.mnn_gbps(1300.0, shape, 8) / 40:.0f}" == "120"  # MNN's count
-    assert w8[6] == "a / b / a"  # the variant auto timed in each round
-    assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | - | -"  # never both
-    assert all(line.count("|") == 6 for line in lines[2:8])  # header, rule and the four widths: seven columns
+    assert w8[6] == "40.0 50.0 30.0"  # each round's own read, the one its width was set against
+    assert w8[7] == "a / b / a"  # the variant auto timed in each round
+    assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | - | - | -"  # never both
+    assert all(line.count("|") == 7 for line in lines[2:6])  # header, rule and the two widths: eight columns
+    assert not any(line.startswith(("w3", "w2")) for line in lines)  # no round of theirs: not asked for
 
 
 def test_paired_table_names_one_variant_once_when_every_round_timed_it(paired):
@@ -468,7 +499,7 @@ def test_paired_table_names_one_variant_once_when_every_round_timed_it(paired):
               for i in range(3)]
     w2 = next(line for line in paired.table(rounds, "4096x14336", 1) if line.startswith("w2 |")).split(" | ")
     assert w2[1:4] == ["3.00 3.00 3.00", "3.00", "3 of 3"]
-    assert w2[6] == "packed-16c4-avx512vnni-zmm (every round)"
+    assert w2[7] == "packed-16c4-avx512vnni-zmm (every round)"
     unnamed = paired.Round({2: 900.0}, {2: 300.0}, {2: 91.0}, 40.0, True, {})  # a sweep row without "variant"
     assert paired.variants([unnamed, rounds[0]], 2) == "? / packed-16c4-avx512vnni-zmm"
 
@@ -603,6 +634,30 @@ def test_run_mnn_passes_the_sweeps_flush_to_mnn(run, monkeypatch, tmp_path):
     old = [run.MnnPass({"64x128": (out.replace("cold cache: 96 MiB flush before each iter\n", ""), widths)},
                        (1.0, 1.0))]
     assert run.mnn_flush_note(old, 96).startswith("gemvbw reads 96 MiB before every call, MNN 64 MiB: its build lacks")
+
+
+def test_run_mnn_asks_for_one_width_and_keeps_only_it(run, monkeypatch, tmp_path, capsys):
+    seen = {}
+    line = "w{} |   1 |      12.5 |    0.0 |     0.5000 |      0.4 |   1.0 |     1.3 |      2.00\n"
+
+    def fake_run(cmd, capture_output, text, check, cwd, env):
+        seen.update(env)
+        asked = [int(env["MNN_GEMVBW_BITS"])] if honours and "MNN_GEMVBW_BITS" in env else [8, 4, 3, 2]
+        out = "## GEMV: y = W(64x128) * x(128), block=64\n" + "".join(line.format(b) for b in asked)
+        return type("Done", (), {"stdout": out})()
+
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    honours = True
+    assert run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128", 96, 4)[1] == {4: 12.5}
+    assert seen["MNN_GEMVBW_BITS"] == "4" and "ignores" not in capsys.readouterr().err
+    honours = False  # a build without the published test's MNN_GEMVBW_BITS: every width, one kept
+    assert run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128", 96, 3)[1] == {3: 12.5}
+    assert "MNN timed w8 w4 w3 w2 where w3 was asked for: a build that ignores MNN_GEMVBW_BITS" in \
+        capsys.readouterr().err
+    seen.clear()
+    honours = True
+    monkeypatch.setenv("MNN_GEMVBW_BITS", "2")  # left in the shell from a sweep: MNN still times every width
+    assert len(run.run_mnn(str(tmp_path / "run_test.out"), 1, "64x128", 96)[1]) == 4 and "MNN_GEMVBW_BITS" not in seen
 
 
 @pytest.fixture
