@@ -33,9 +33,9 @@ What it runs, through the CLI a user has (nothing is timed here itself):
    current test/speed/GemvBWTest.cpp hard-codes 4096x14336 (the published version read
    MNN_GEMVBW_M/K); a build that ignores the variables is detected from its header and its
    other shapes are left out. Then, after gemvbw's second int8 sweeps, benchmarks/paired.py
-   (--paired-rounds, default 4 per thread count, ~80 s each): width by width, MNN's test on that width and
-   gemvbw's default sweep of it back to back at 4096x14336 (~20 s a pair), the order swapped every round, for
-   the MNN bar at the same minutes.
+   (--paired-rounds, default 4 per thread count, ~2 min each): width by width, MNN's test on that width and
+   gemvbw's default sweep of it back to back at 4096x14336 with a plain read of the same bytes between them
+   (~30 s for the three), the order swapped every round, for the MNN bar at the same minutes.
 It writes eff GB/s, %read, the latency ratios t(wN)/t(w8), each tier's speed-up over the others,
 and the bars of the x86 issue (against MNN, ggml and the read roofline), with the command, the
 machine and the date. --flush-mib N sets the flush before every cold call on every side (gemvbw's sweeps and model
@@ -232,11 +232,16 @@ def _empty_call(record: dict) -> str:
     return f"{kind} {record['call_overhead_us']:.1f} us warm" + ("" if cold is None else f", {cold:.1f} us cold")
 
 
-def mnn_gbps(us: float, shape: str, bits: int) -> float:
-    """MNN's eff GB/s for a latency, with its count: codes + fp16 scale and offset per block (when K % 64 != 0
-    one block spans the row), the count gemvbw's eff GB/s uses too."""
+def mnn_bytes(shape: str, bits: int) -> int:
+    """The bytes MNN's test counts for a width: codes + fp16 scale and offset per block (when K % 64 != 0 one
+    block spans the row), the count gemvbw's eff GB/s uses too."""
     M, K = map(int, shape.split("x"))
-    return logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2) / us / 1e3
+    return logical_bytes(M, K, bits, 64 if K % 64 == 0 else K, 2)
+
+
+def mnn_gbps(us: float, shape: str, bits: int) -> float:
+    """MNN's eff GB/s for a latency, with its count of bytes (:func:`mnn_bytes`)."""
+    return mnn_bytes(shape, bits) / us / 1e3
 
 
 def share_of_reads(gbps: float, reads: tuple[float, float]) -> str:
@@ -588,8 +593,9 @@ def main() -> int:
                       "The MNN column above sets MNN's better run against gemvbw's better sweep, minutes apart. Here "
                       "MNN's test and gemvbw's default `gemvbw sweep` (--kernel auto, 3 groups of 200 cold calls, as "
                       "MNN's test times) ran back to back in rounds at 4096x14336, one width at a time "
-                      "(MNN_GEMVBW_BITS, --bits), the order swapped every round; each round's ratio compares the "
-                      "two some 20 s apart:", ""] + paired[t] + [""]
+                      "(MNN_GEMVBW_BITS, --bits), a plain read of the same bytes timed as a row between them, the "
+                      "order swapped every round; each round's ratio compares the two some 30 s apart:",
+                      "", *paired[t], ""]
         lines += ["### The latency ratios at the same minutes (`benchmarks/wall.py --latency-ratios`)", "",
                   "The sweep times the widths one after another, minutes apart. Here every width's int8 variants and "
                   "plain reads of every width's bytes were timed interleaved in the same rounds: each width's fastest "

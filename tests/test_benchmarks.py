@@ -413,9 +413,16 @@ def test_paired_rounds_swap_which_side_runs_first(paired, monkeypatch):
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(("gemvbw", args)) or sweep)
     monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush, bits: calls.append(
                         ("mnn", (binary, t, shape, flush, bits))) or ("table", {8: 130.0}))
+    monkeypatch.setattr(paired, "read_row_us", lambda shape, bits, t, flush: calls.append(
+                        ("read", (shape, bits, t, flush))) or 90.0)
     first = paired.run_round("bin", 2, "64x128", 0, 8)
     second = paired.run_round("bin", 2, "64x128", 1, 8)
-    assert [c[0] for c in calls] == ["mnn", "gemvbw", "gemvbw", "mnn"]
+    assert [c[0] for c in calls] == ["mnn", "read", "gemvbw", "gemvbw", "read", "mnn"]  # the read between the two
+    assert calls[1][1] == ("64x128", 8, 2, None)
+    assert first.read_row_us == {8: 90.0}
+    calls.clear()
+    assert paired.run_round("bin", 2, "64x128", 0, 8, read_row=False).read_row_us is None  # --no-read-row
+    assert [c[0] for c in calls] == ["mnn", "gemvbw"]
     assert calls[0][1] == ("bin", 2, "64x128", sys.modules["flush_option"].SWEEP_FLUSH_MIB, 8)  # the sweep's flush
     assert calls[1][1] == ("sweep", "--M", "64", "--K", "128", "--bits", "8", "--threads", "2")  # auto, 200 x 3
     assert first.mnn_first and not second.mnn_first
@@ -429,10 +436,11 @@ def test_paired_round_keeps_a_width_without_figures_out(paired, monkeypatch):
     sweep = {"results": [{"bits": 4, "best_avg_us": None, "pct_read": None}], "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: sweep)
     monkeypatch.setattr(paired, "run_mnn", lambda *args: ("table", {4: 60.0}))
+    monkeypatch.setattr(paired, "read_row_us", lambda *args: 30.0)
     done = paired.run_round("bin", 1, "64x128", 0, 4)
     assert done.gemvbw_us == {} and done.mnn_us == {4: 60.0}
     line = next(line for line in paired.table([done], "64x128", 1) if line.startswith("w4 |"))
-    assert line == "w4 | - | - | - | - | - | - | -"
+    assert line == "w4 | - | - | - | - | - | - | - | - | -"  # the two read-row columns too
 
 
 def test_paired_round_gives_both_sides_the_flush_asked_for(paired, monkeypatch):
@@ -440,8 +448,10 @@ def test_paired_round_gives_both_sides_the_flush_asked_for(paired, monkeypatch):
     sweep = {"results": [{"bits": 2, "best_avg_us": 100.0, "pct_read": 96.0}], "roofline": {"read_gbps": 40.0}}
     monkeypatch.setattr(paired, "gemvbw", lambda *args: calls.append(args) or sweep)
     monkeypatch.setattr(paired, "run_mnn", lambda binary, t, shape, flush, bits: calls.append(flush) or ("t", {2: 1.0}))
+    monkeypatch.setattr(paired, "read_row_us", lambda shape, bits, t, flush: calls.append(("read", flush)) or 1.0)
     paired.run_round("bin", 1, "64x128", 0, 2, 512)
-    assert calls == [512, ("sweep", "--M", "64", "--K", "128", "--bits", "2", "--flush-mib", "512", "--threads", "1")]
+    assert calls == [512, ("read", 512),
+                     ("sweep", "--M", "64", "--K", "128", "--bits", "2", "--flush-mib", "512", "--threads", "1")]
 
 
 def test_paired_round_stops_when_mnn_ran_another_shape(paired, monkeypatch):
@@ -452,16 +462,21 @@ def test_paired_round_stops_when_mnn_ran_another_shape(paired, monkeypatch):
 
 def test_paired_runs_each_width_in_its_own_rounds(paired, monkeypatch, capsys):
     done = []
-    monkeypatch.setattr(paired, "run_round", lambda binary, t, shape, i, bits, flush: done.append((i, bits)) or
-                        paired.Round({bits: 130.0}, {bits: 100.0}, {bits: 96.0}, 40.0, i % 2 == 0, {}))
+    monkeypatch.setattr(paired, "run_round", lambda binary, t, shape, i, bits, flush, read_row: done.append(
+                        (i, bits, read_row)) or paired.Round({bits: 130.0}, {bits: 100.0}, {bits: 96.0}, 40.0,
+                                                            i % 2 == 0, {}))
     monkeypatch.setattr(paired, "thread_counts", lambda threads: [1])
     monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--rounds", "2", "--bits", "2,8"])
     assert paired.main() == 0
-    assert done == [(0, 8), (0, 2), (1, 8), (1, 2)]  # widths in the order of the table, each round in turn
+    assert done == [(0, 8, True), (0, 2, True), (1, 8, True), (1, 2, True)]  # widths in table order, each round
     table = capsys.readouterr().out
     assert "#### 4096x14336, 1 thread(s), 2 rounds per width" in table
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith(("w8 |", "w4 |", "w3 |", "w2 |"))]
     assert rows == ["w8", "w2"]  # only the widths asked for
+    done.clear()
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--rounds", "1", "--bits", "4",
+                                      "--no-read-row"])
+    assert paired.main() == 0 and done == [(0, 4, False)]
     monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--bits", "16"])
     with pytest.raises(SystemExit) as stop:
         paired.main()
@@ -492,6 +507,35 @@ def test_paired_table_sets_each_round_side_by_side(paired, run):
     assert next(line for line in lines if line.startswith("w4 |")) == "w4 | - | - | - | - | - | - | -"  # never both
     assert all(line.count("|") == 7 for line in lines[2:6])  # header, rule and the two widths: eight columns
     assert not any(line.startswith(("w3", "w2")) for line in lines)  # no round of theirs: not asked for
+
+
+def test_paired_table_sets_mnn_and_gemvbw_against_the_plain_read_row(paired):
+    rounds = [paired.Round({8: 1300.0}, {8: 1040.0}, {8: 92.0}, 40.0, True, {8: "a"}, {8: 1000.0}),
+              paired.Round({8: 1260.0}, {8: 1000.0}, {8: 97.0}, 40.0, False, {8: "a"}, {8: 1050.0}),
+              paired.Round({4: 700.0}, {4: 500.0}, {4: 90.0}, 40.0, True, {4: "c"}, None)]  # one without a read
+    lines = paired.table(rounds, "4096x14336", 1)
+    assert lines[2].endswith("| MNN / plain read row per round | gemvbw / plain read row per round")
+    assert lines[3].count("|") == lines[2].count("|") == 9
+    w8 = next(line for line in lines if line.startswith("w8 |")).split(" | ")
+    assert w8[8:] == ["1.30 1.20", "1.04 0.95"]  # 1300 / 1000, 1260 / 1050; 1040 / 1000, 1000 / 1050
+    w4 = next(line for line in lines if line.startswith("w4 |")).split(" | ")
+    assert w4[8:] == ["-", "-"]
+    assert "MNN / read is the ratio a kernel costing nothing beyond its reads" in lines[-2]
+    assert not any("plain read" in line for line in paired.table([r._replace(read_row_us=None) for r in rounds],
+                                                                  "4096x14336", 1))  # --no-read-row: as before
+
+
+def test_paired_read_row_is_the_fastest_way_over_the_bytes_mnn_counts(paired, monkeypatch):
+    seen = {}
+    ways = {"read 1": object(), "read 4": object(), "read 8": object()}
+    timed = {id(ways["read 1"]): 1200.0, id(ways["read 4"]): 1100.0, id(ways["read 8"]): 1500.0}
+    monkeypatch.setattr(paired, "read_runs", lambda nbytes, threads: seen.update(nbytes=nbytes, threads=threads) or ways)
+    monkeypatch.setattr(paired, "time_groups", lambda f, iters, reps, flusher: seen.update(
+        iters=iters, reps=reps, mib=flusher.flush_mib) or type("M", (), {"best_avg_us": timed[id(f)]})())
+    monkeypatch.setattr(paired.numba, "set_num_threads", lambda n: seen.update(numba_threads=n))
+    assert paired.read_row_us("4096x14336", 4, 2, 96) == 1100.0
+    assert seen == {"nbytes": 4096 * 14336 // 2 + 4096 * 224 * 4, "threads": 2, "numba_threads": 2, "iters": 200,
+                    "reps": 3, "mib": 96}
 
 
 def test_paired_table_names_one_variant_once_when_every_round_timed_it(paired):
