@@ -19,8 +19,8 @@ calibration chose in each round, so that a round lost to a choice shows as one. 
 prints MNN / read and gemvbw / read: what a kernel costing nothing beyond its reads would show against MNN in
 that round, and how far gemvbw's row is from it. Both sides read the sweep's
 default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB). A build of MNN that
-ignores MNN_GEMVBW_BITS times every width each time (slower; only the one asked for is kept). Nothing is
-asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the script with that
+ignores MNN_GEMVBW_BITS times every width each time (slower; only the one asked for is kept). Ctrl-C prints
+(and writes to --md) the rounds that ended, and exits 130. Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the script with that
 error.
 """
 
@@ -188,18 +188,28 @@ def main() -> int:
         ap.error(f"--bits {args.bits}: a comma list of widths among 8, 4, 3, 2, e.g. 8,4")
     widths = [b for b in WIDTHS if str(b) in args.bits.split(",")]
     counts = thread_counts(args.threads)
-    lines = []
-    for shape in shapes:
-        for t in counts:
-            rounds = [run_round(args.mnn_bin, t, shape, i, bits, args.flush_mib, args.read_row)
-                      for i in range(args.rounds) for bits in widths]
-            md = table(rounds, shape, t)
-            print("\n".join(md), flush=True)
-            lines += md
+    lines: list[str] = []
+    stopped = False
+    for shape, t in ((shape, t) for shape in shapes for t in counts):
+        rounds: list[Round] = []
+        try:
+            for i in range(args.rounds):
+                for bits in widths:
+                    rounds.append(run_round(args.mnn_bin, t, shape, i, bits, args.flush_mib, args.read_row))
+        except KeyboardInterrupt:  # keep the rounds that ended
+            stopped = True
+        md = table(rounds, shape, t) if rounds else []
+        if stopped:
+            md += [f"Stopped (Ctrl-C) at {shape}, {t} thread(s), after {len(rounds)} of "
+                   f"{args.rounds * len(widths)} rounds; the table above covers those.", ""]
+        print("\n".join(md), flush=True)
+        lines += md
+        if stopped:
+            break
     if args.md:
         with open(args.md, "w") as f:
             f.write("\n".join(lines))
-    return 0
+    return 130 if stopped else 0
 
 
 if __name__ == "__main__":

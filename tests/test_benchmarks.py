@@ -488,6 +488,27 @@ def test_paired_bar_is_the_ratio_or_the_wall_and_no_slower(paired):
     assert not paired.meets_bar(1.29, 94.9) and not paired.meets_bar(0.99, 100.0)
 
 
+def test_paired_keeps_the_rounds_that_ended_when_stopped(paired, monkeypatch, capsys, tmp_path):
+    done = []
+
+    def one(binary, t, shape, i, bits, flush, read_row):
+        if len(done) == 3:
+            raise KeyboardInterrupt
+        done.append(bits)
+        return paired.Round({bits: 130.0}, {bits: 100.0}, {bits: 96.0}, 40.0, i % 2 == 0, {})
+
+    monkeypatch.setattr(paired, "run_round", one)
+    monkeypatch.setattr(paired, "thread_counts", lambda threads: [1, 2])
+    md = tmp_path / "paired.md"
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--mnn-bin", sys.executable, "--rounds", "2", "--bits", "8,4",
+                                      "--md", str(md)])
+    assert paired.main() == 130
+    out = capsys.readouterr().out
+    assert "w8 | 1.30 1.30 |" in out and "w4 | 1.30 |" in out  # rounds 1 and 2 of w8, round 1 of w4
+    assert "Stopped (Ctrl-C) at 4096x14336, 1 thread(s), after 3 of 4 rounds" in out
+    assert "2 thread(s)" not in out and md.read_text().count("Stopped (Ctrl-C)") == 1  # no further thread count
+
+
 def test_paired_table_sets_each_round_side_by_side(paired, run):
     shape, mib = "4096x14336", 4096 * 14336 * 1.0625 / 1e3  # w8 bytes / 1e3: GB/s from us
     rounds = [paired.Round({8: 1300.0}, {8: 1000.0}, {8: 90.0}, 40.0, True, {8: "a"}),
