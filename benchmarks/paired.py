@@ -7,7 +7,7 @@ run.py sets MNN's better run beside gemvbw's better sweep, each taken minutes fr
 whose bandwidth moves 2x within a minute, that ratio is as much the minutes' as the kernels'. Here, per thread
 count and width, each round runs MNN's `run_test.out speed/GemvBW 0 2 T` for that width (MNN_GEMVBW_BITS) and
 gemvbw's default `gemvbw sweep --bits N` (--kernel auto, --act auto, 3 groups of 200 cold calls, every kernel
-verified first: the method of MNN's test) back to back on the same shape, some 30 s for the pair at 4096x14336,
+verified first: the method of MNN's test) back to back on the same shape, some 30 s a round at 4096x14336,
 the order swapped every round so that a drift within a round favours neither side over two. (Until 2026-12-07 a
 round ran each side on every width, a minute or more between one side's w8 and the other's.) Per width it prints
 each round's MNN / gemvbw latency ratio, their median, the rounds that meet the bar (ratio >= 1.3, or gemvbw at
@@ -17,11 +17,11 @@ calibration chose in each round, so that a round lost to a choice shows as one. 
 --no-read-row) it times a plain read of the width's bytes as a sweep row (the best group mean of 3 groups of
 200 calls, each after the flush, in the fastest of the read roofline's 1, 4 and 8 streams per thread) and
 prints MNN / read and gemvbw / read: what a kernel costing nothing beyond its reads would show against MNN in
-that round, and how far gemvbw's row is from it. Both sides read the sweep's
-default flush before every call, or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB). A build of MNN that
-ignores MNN_GEMVBW_BITS times every width each time (slower; only the one asked for is kept). Ctrl-C prints
-(and writes to --md) the rounds that ended, and exits 130. Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test failing) stops the script with that
-error.
+that round, and how far gemvbw's row is from it. Both sides read the sweep's default flush before every call,
+or --flush-mib's (MNN's through MNN_GEMVBW_FLUSH_MIB). A build of MNN that ignores MNN_GEMVBW_BITS times every
+width each time (slower; only the one asked for is kept). Ctrl-C prints (and writes to --md) the rounds that
+ended, and exits 130. Nothing is asserted; a round that fails (a kernel that fails verification, MNN's test
+failing) stops the script with that error.
 """
 
 from __future__ import annotations
