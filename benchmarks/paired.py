@@ -201,7 +201,7 @@ def main() -> int:
         md = table(rounds, shape, t) if rounds else []
         if stopped:
             md += [f"Stopped (Ctrl-C) at {shape}, {t} thread(s), after {len(rounds)} of "
-                   f"{args.rounds * len(widths)} rounds; the table above covers those.", ""]
+                   f"{args.rounds * len(widths)} rounds" + ("; the table above covers those." if rounds else "."), ""]
         print("\n".join(md), flush=True)
         lines += md
         if stopped:

@@ -507,6 +507,9 @@ def test_paired_keeps_the_rounds_that_ended_when_stopped(paired, monkeypatch, ca
     assert "w8 | 1.30 1.30 |" in out and "w4 | 1.30 |" in out  # rounds 1 and 2 of w8, round 1 of w4
     assert "Stopped (Ctrl-C) at 4096x14336, 1 thread(s), after 3 of 4 rounds" in out
     assert "2 thread(s)" not in out and md.read_text().count("Stopped (Ctrl-C)") == 1  # no further thread count
+    done[:] = [8, 8, 8]  # stopped before the first round ended: no table, no "table above"
+    assert paired.main() == 130
+    assert capsys.readouterr().out.strip() == "Stopped (Ctrl-C) at 4096x14336, 1 thread(s), after 0 of 4 rounds."
 
 
 def test_paired_table_sets_each_round_side_by_side(paired, run):
