@@ -36,10 +36,11 @@ from typing import NamedTuple
 import numba
 
 from flush_option import add_flush_mib, check_flush_mib, flush_mib_or_sweeps, sweep_flush_flags  # benchmarks/
-from gemvbw.harness import CacheFlusher, time_groups
-from gemvbw.settings import SettingsError, parse_shape
+from gemvbw.harness import CacheFlusher
+from gemvbw.settings import DEFAULTS, SettingsError, parse_shape
 from bars import AT_WALL, MNN_BAR as BAR, beside, meets_mnn_bar as meets_bar  # benchmarks/
 from run import gemvbw, mnn_bytes, mnn_gbps, run_mnn, thread_counts  # benchmarks/
+from row_read import row_us  # benchmarks/
 from wall import read_runs  # benchmarks/
 
 
@@ -61,10 +62,6 @@ class Round(NamedTuple):
     read_row_us: dict[int, float] | None = None
 
 
-# a row's calls and groups, as the default sweep and MNN's test time them
-ROW_ITERS, ROW_REPS = 200, 3
-
-
 def read_row_us(shape: str, bits: int, threads: int, flush_mib: int | None = None) -> float:
     """A plain read of the bytes MNN and gemvbw count for ``bits`` at ``shape``, timed as a sweep row (the best
     group mean of 3 groups of 200 calls, each after the flush) in the fastest of the read roofline's ways (us):
@@ -74,7 +71,7 @@ def read_row_us(shape: str, bits: int, threads: int, flush_mib: int | None = Non
           file=sys.stderr, flush=True)
     numba.set_num_threads(threads)  # before read_runs: a 1-thread read is compiled without a parallel launch
     flusher = CacheFlusher(mib)
-    return min(time_groups(f, ROW_ITERS, ROW_REPS, flusher).best_avg_us for f in read_runs(nbytes, threads).values())
+    return min(row_us(f, DEFAULTS["iters"], DEFAULTS["reps"], flusher) for f in read_runs(nbytes, threads).values())
 
 
 def mnn_first(index: int) -> bool:

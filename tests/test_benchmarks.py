@@ -554,8 +554,8 @@ def test_paired_read_row_is_the_fastest_way_over_the_bytes_mnn_counts(paired, mo
     ways = {"read 1": object(), "read 4": object(), "read 8": object()}
     timed = {id(ways["read 1"]): 1200.0, id(ways["read 4"]): 1100.0, id(ways["read 8"]): 1500.0}
     monkeypatch.setattr(paired, "read_runs", lambda nbytes, threads: seen.update(nbytes=nbytes, threads=threads) or ways)
-    monkeypatch.setattr(paired, "time_groups", lambda f, iters, reps, flusher: seen.update(
-        iters=iters, reps=reps, mib=flusher.flush_mib) or type("M", (), {"best_avg_us": timed[id(f)]})())
+    monkeypatch.setattr(paired, "row_us", lambda f, iters, reps, flusher: seen.update(
+        iters=iters, reps=reps, mib=flusher.flush_mib) or timed[id(f)])
     monkeypatch.setattr(paired.numba, "set_num_threads", lambda n: seen.update(numba_threads=n))
     assert paired.read_row_us("4096x14336", 4, 2, 96) == 1100.0
     assert seen == {"nbytes": 4096 * 14336 // 2 + 4096 * 224 * 4, "threads": 2, "numba_threads": 2, "iters": 200,
